@@ -1,0 +1,156 @@
+//! Command-line surface: global flags shaped like kubectl's, one Args struct per subcommand.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "samplectl",
+    version,
+    about = "Work with any Kubernetes resource without generated types, and run a controller for Samples",
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// The namespace to work in (default: the context's namespace, else "default")
+    #[arg(short = 'n', long, global = true, value_name = "NS")]
+    pub namespace: Option<String>,
+
+    /// More log detail on stderr; repeat for more (-v, -vv, -vvv). RUST_LOG overrides it.
+    #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// When to colour output; NO_COLOR in the environment means never for `auto`
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub color: ColorChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Install or update the Sample CRD (samples.example.com) with server-side apply and wait until it is Established
+    InstallCrd(InstallCrdArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InstallCrdArgs {
+    /// Ask the server to validate and apply without persisting anything
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Print the embedded CRD as YAML and exit, without contacting a cluster
+    #[arg(long, conflicts_with = "dry_run")]
+    pub print: bool,
+
+    /// How long to wait for the CRD to become Established (e.g. 30s, 2m, 500ms); 0 does not wait
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+}
+
+/// Parses durations the way kubectl's flags take them: a number followed by ms, s, m or h, and combinations
+/// such as `1m30s`. A bare `0` is allowed because "0 means do not wait" is a common request.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!("invalid duration {text:?}: use a number with a unit, such as 500ms, 30s, 2m or 1h")
+    };
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let value: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let part = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(value),
+            "s" => Duration::from_secs(value),
+            "m" => value
+                .checked_mul(60)
+                .map(Duration::from_secs)
+                .ok_or_else(bad)?,
+            "h" => value
+                .checked_mul(3600)
+                .map(Duration::from_secs)
+                .ok_or_else(bad)?,
+            _ => return Err(bad()),
+        };
+        total = total.checked_add(part).ok_or_else(bad)?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_with_units() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn durations_rejected() {
+        for bad in [
+            "",
+            "30",
+            "s",
+            "-1s",
+            "1.5s",
+            "3d",
+            "10 s",
+            "ms5",
+            "99999999999999999999h",
+        ] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(err.contains("invalid duration"), "{bad:?} gave {err}");
+        }
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,114 @@
+//! Client configuration the way kubectl finds it: `--kubeconfig`, else `KUBECONFIG`, else
+//! `~/.kube/config`, else the in-cluster service account.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+
+use crate::cli::GlobalArgs;
+use crate::error::join_causes;
+
+/// A client and what commands need to know about where it points.
+#[derive(Clone)]
+pub struct Connection {
+    pub client: kube::Client,
+    /// The namespace of the kubeconfig context (or of the pod, in-cluster), else "default".
+    pub default_namespace: String,
+}
+
+/// The API server address of this process's connection, kept so an error far from the client (connection
+/// refused, TLS failure) can name the server the way kubectl does.
+static SERVER: OnceLock<String> = OnceLock::new();
+
+pub fn server() -> Option<&'static str> {
+    SERVER.get().map(String::as_str)
+}
+
+impl Connection {
+    pub async fn new(global: &GlobalArgs) -> Result<Self> {
+        let config = load_config(global.kubeconfig.as_deref(), global.context.as_deref()).await?;
+        let authority = config.cluster_url.authority().map(|a| a.to_string());
+        let _ = SERVER.set(authority.unwrap_or_else(|| config.cluster_url.to_string()));
+        let default_namespace = config.default_namespace.clone();
+        let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
+        Ok(Self {
+            client,
+            default_namespace,
+        })
+    }
+}
+
+/// Problems with the client configuration itself, worded for the person who wrote the kubeconfig.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read kubeconfig {path:?}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("kubeconfig {path:?} is not valid: {reason}")]
+    Invalid { path: String, reason: String },
+    #[error("context {0:?} does not exist in the kubeconfig")]
+    UnknownContext(String),
+    #[error(
+        "the kubeconfig has no current context; pass --context or run `kubectl config use-context`"
+    )]
+    NoCurrentContext,
+    #[error(
+        "no Kubernetes configuration found: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, or run inside a cluster"
+    )]
+    NotFound,
+}
+
+async fn load_config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<kube::Config> {
+    let options = KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    if let Some(path) = kubeconfig {
+        let file = read_kubeconfig(path)?;
+        return kube::Config::from_custom_kubeconfig(file, &options)
+            .await
+            .map_err(|e| explain(e, &path.display().to_string()).into());
+    }
+    let from_env = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty());
+    let home_config = home_kubeconfig().filter(|p| p.exists());
+    if from_env.is_some() || home_config.is_some() || context.is_some() {
+        let source = match (&from_env, &home_config) {
+            (Some(v), _) => v.to_string_lossy().into_owned(),
+            (None, Some(p)) => p.display().to_string(),
+            (None, None) => "~/.kube/config".to_owned(),
+        };
+        return kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| explain(e, &source).into());
+    }
+    kube::Config::incluster().map_err(|_| ConfigError::NotFound.into())
+}
+
+fn read_kubeconfig(path: &Path) -> Result<Kubeconfig> {
+    // `read_from`, not `from_yaml`: it resolves relative certificate paths against the file's directory,
+    // as kubectl does.
+    Kubeconfig::read_from(path).map_err(|e| explain(e, &path.display().to_string()).into())
+}
+
+fn home_kubeconfig() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|home| Path::new(&home).join(".kube").join("config"))
+}
+
+fn explain(err: KubeconfigError, source: &str) -> ConfigError {
+    match err {
+        KubeconfigError::LoadContext(name) => ConfigError::UnknownContext(name),
+        KubeconfigError::CurrentContextNotSet => ConfigError::NoCurrentContext,
+        KubeconfigError::ReadConfig(source, path) => ConfigError::Read { path, source },
+        other => ConfigError::Invalid {
+            path: source.to_owned(),
+            reason: join_causes(std::iter::successors(
+                Some(&other as &(dyn std::error::Error + 'static)),
+                |e| e.source(),
+            )),
+        },
+    }
+}

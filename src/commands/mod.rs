@@ -1,0 +1,4 @@
+//! One module per subcommand; each is thin: it resolves what it needs, calls the API and hands the result
+//! to `output`.
+
+pub mod install_crd;

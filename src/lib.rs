@@ -1,0 +1,9 @@
+//! samplectl: list, watch and reconcile any Kubernetes resource without generated types, and run a
+//! controller for `Sample` custom resources (`samples.example.com/v1alpha1`).
+
+pub mod cli;
+pub mod client;
+pub mod commands;
+pub mod error;
+pub mod logging;
+pub mod output;

@@ -1,0 +1,25 @@
+//! Logs go to stderr so stdout carries only data. `-v` raises the detail; `RUST_LOG` overrides it.
+
+use tracing_subscriber::EnvFilter;
+
+/// The filter for a number of `-v` flags: samplectl's own notices by default, its debug detail and the
+/// client's requests with more. kube's client builder logs every failed request at ERROR; samplectl reports
+/// the same failure itself, once and in kubectl's words, so that line is kept for -vv and up.
+pub fn default_filter(verbosity: u8) -> &'static str {
+    match verbosity {
+        0 => "warn,samplectl=info,kube_client::client::builder=off",
+        1 => "warn,samplectl=debug,kube_client::client::builder=off",
+        2 => "info,samplectl=debug,kube=debug",
+        _ => "trace",
+    }
+}
+
+pub fn init(verbosity: u8, color: bool) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(default_filter(verbosity)));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(color)
+        .init();
+}

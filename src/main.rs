@@ -1,0 +1,47 @@
+use std::io;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Parser;
+
+use samplectl::cli::{Cli, Command};
+use samplectl::client::Connection;
+use samplectl::commands::install_crd;
+use samplectl::output::color;
+use samplectl::{error, logging};
+
+fn main() -> ExitCode {
+    // clap prints help and usage errors itself and exits 0 or 2.
+    let cli = Cli::parse();
+    let stderr_color = color::stderr_enabled(cli.global.color);
+    logging::init(cli.global.verbose, stderr_color);
+
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::from(error::EXIT_FAILURE as u8);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => match error::report(&err) {
+            None => ExitCode::SUCCESS,
+            Some((message, code)) => {
+                eprintln!("{}", color::paint_error(&message, stderr_color));
+                ExitCode::from(code as u8)
+            }
+        },
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let mut stdout = io::stdout().lock();
+    match &cli.command {
+        Command::InstallCrd(args) if args.print => install_crd::print(&mut stdout),
+        Command::InstallCrd(args) => {
+            let conn = Connection::new(&cli.global).await?;
+            install_crd::run(&conn, args, &mut stdout).await
+        }
+    }
+}
