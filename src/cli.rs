@@ -54,6 +54,92 @@ pub enum ColorChoice {
 pub enum Command {
     /// Install or update the Sample CRD (samples.example.com) with server-side apply and wait until it is Established
     InstallCrd(InstallCrdArgs),
+    /// List any resource, printed the way kubectl prints it
+    #[command(
+        after_help = "Examples:\n  samplectl list --gvr example.com/v1alpha1/samples\n  samplectl list smp -A\n  \
+                            samplectl list --gvr v1/configmaps -o yaml my-config\n  samplectl list deployments.apps -o wide"
+    )]
+    List(ListArgs),
+    /// List, then stream ADDED / MODIFIED / DELETED changes to any resource, surviving disconnects
+    #[command(
+        after_help = "Examples:\n  samplectl watch --gvr example.com/v1alpha1/samples -A\n  \
+                            samplectl watch --gvr v1/configmaps -o json --max-events 10"
+    )]
+    Watch(WatchArgs),
+}
+
+/// What to read and how to print it; shared by `list` and `watch`.
+#[derive(Debug, Args)]
+pub struct SelectArgs {
+    /// A resource name as kubectl takes it (samples, smp, Sample, deploy, deployments.apps), then
+    /// optionally an object name; with --gvr, only the object name
+    #[arg(value_name = "RESOURCE [NAME]", num_args = 0..=2)]
+    pub names: Vec<String>,
+
+    /// The resource as GROUP/VERSION/RESOURCE, or VERSION/RESOURCE for the core group
+    /// (example.com/v1alpha1/samples, v1/configmaps)
+    #[arg(long, value_name = "GVR")]
+    pub gvr: Option<String>,
+
+    /// Across all namespaces (adds a NAMESPACE column)
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+
+    /// Output format; the default and wide use the server's columns
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+
+    /// Only objects with these labels (e.g. app=web,tier!=db)
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+
+    /// Only objects whose fields match (e.g. metadata.name=foo)
+    #[arg(long, value_name = "SELECTOR")]
+    pub field_selector: Option<String>,
+
+    /// Leave out the header line
+    #[arg(long)]
+    pub no_headers: bool,
+
+    /// Add a LABELS column
+    #[arg(long)]
+    pub show_labels: bool,
+
+    /// Objects per request; 0 asks for everything at once
+    #[arg(long, default_value_t = 500, value_name = "N")]
+    pub chunk_size: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Wide,
+    Json,
+    Yaml,
+    Name,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub select: SelectArgs,
+
+    /// Print only changes, not the objects that exist when the watch starts
+    #[arg(long)]
+    pub watch_only: bool,
+
+    /// Stop after this long (e.g. 30s, 5m) with exit 0
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
+
+    /// Stop after printing this many events with exit 0
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_events: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub select: SelectArgs,
 }
 
 #[derive(Debug, Args)]

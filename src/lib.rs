@@ -5,5 +5,7 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod error;
+pub mod fetch;
 pub mod logging;
 pub mod output;
+pub mod resource;

@@ -6,7 +6,7 @@ use clap::Parser;
 
 use samplectl::cli::{Cli, Command};
 use samplectl::client::Connection;
-use samplectl::commands::install_crd;
+use samplectl::commands::{install_crd, list, watch};
 use samplectl::output::color;
 use samplectl::{error, logging};
 
@@ -42,6 +42,14 @@ async fn run(cli: Cli) -> Result<()> {
         Command::InstallCrd(args) => {
             let conn = Connection::new(&cli.global).await?;
             install_crd::run(&conn, args, &mut stdout).await
+        }
+        Command::List(args) => {
+            let conn = Connection::new(&cli.global).await?;
+            list::run(&conn, cli.global.namespace.as_deref(), args, &mut stdout).await
+        }
+        Command::Watch(args) => {
+            let conn = Connection::new(&cli.global).await?;
+            watch::run(&conn, cli.global.namespace.as_deref(), args, &mut stdout).await
         }
     }
 }

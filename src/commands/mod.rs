@@ -2,3 +2,6 @@
 //! to `output`.
 
 pub mod install_crd;
+pub mod list;
+pub mod select;
+pub mod watch;

@@ -2,3 +2,5 @@
 //! commands that print them arrive.
 
 pub mod color;
+pub mod objects;
+pub mod table;

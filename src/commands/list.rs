@@ -1,0 +1,104 @@
+//! `samplectl list`: any resource, page by page, printed as kubectl prints it.
+
+use std::io::Write;
+
+use anyhow::Result;
+
+use crate::cli::ListArgs;
+use crate::client::Connection;
+use crate::commands::select::{Printing, Selection, list_params, select};
+use crate::fetch::{get_one, list_page};
+use crate::output::objects::{ListWriter, write_object};
+use crate::output::table::{Layout, LayoutOptions, TableWriter};
+
+pub async fn run(
+    conn: &Connection,
+    namespace: Option<&str>,
+    args: &ListArgs,
+    out: &mut impl Write,
+) -> Result<()> {
+    let Selection {
+        target,
+        name,
+        printing,
+    } = select(conn, namespace, &args.select).await?;
+    let args = &args.select;
+    let options = |wide| LayoutOptions {
+        wide,
+        namespace: target.namespace.is_none() && target.resolved.namespaced,
+        labels: args.show_labels,
+        event: false,
+    };
+
+    if let Some(name) = name {
+        let page = get_one(&conn.client, &target, &name, printing.shape()).await?;
+        let Some(item) = page.items.first() else {
+            return Ok(());
+        };
+        match printing {
+            Printing::Table { wide } => {
+                let layout = Layout::new(page.columns.as_deref(), options(wide));
+                let header = (!args.no_headers).then(|| layout.headers().to_vec());
+                TableWriter::new(out, header).write_rows(&[layout.row(item, None)])?;
+            }
+            Printing::Objects(format) => write_object(out, format, &target.resolved, item)?,
+        }
+        return Ok(());
+    }
+
+    let mut lp = list_params(args);
+    let mut pages = 0;
+    let mut count = 0;
+    match printing {
+        Printing::Table { wide } => {
+            let mut table = TableWriter::new(out, None);
+            let mut layout = None;
+            loop {
+                let page = list_page(&conn.client, &target, &lp, printing.shape()).await?;
+                pages += 1;
+                count += page.items.len();
+                tracing::debug!(page = pages, items = page.items.len(), "listed a page");
+                if !page.items.is_empty() {
+                    // The first page with rows fixes the columns; kubectl prints no header for nothing.
+                    let layout = layout.get_or_insert_with(|| {
+                        let layout = Layout::new(page.columns.as_deref(), options(wide));
+                        if !args.no_headers {
+                            table.set_header(layout.headers().to_vec());
+                        }
+                        layout
+                    });
+                    let rows: Vec<_> = page
+                        .items
+                        .iter()
+                        .map(|item| layout.row(item, None))
+                        .collect();
+                    table.write_rows(&rows)?;
+                }
+                match page.continue_token {
+                    Some(token) => lp.continue_token = Some(token),
+                    None => break,
+                }
+            }
+            if count == 0 {
+                eprintln!("{}", target.nothing_found());
+            }
+        }
+        Printing::Objects(format) => {
+            let mut writer = ListWriter::new(out, format, target.resolved.clone());
+            let resource_version = loop {
+                let page = list_page(&conn.client, &target, &lp, printing.shape()).await?;
+                pages += 1;
+                tracing::debug!(page = pages, items = page.items.len(), "listed a page");
+                for item in &page.items {
+                    writer.item(item)?;
+                }
+                match page.continue_token {
+                    Some(token) => lp.continue_token = Some(token),
+                    None => break page.resource_version,
+                }
+            };
+            writer.finish(&resource_version)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! Reading collections from the API server, schema-less: pages of a list, one named object, and the lines
+//! of a watch, either as the server's Table rendering (what kubectl prints) or as whole objects (for json,
+//! yaml and name output). Both shapes come back as `Item`s so the printers and the watch logic need not
+//! care which one was asked for.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use futures::{AsyncBufReadExt, Stream, TryStreamExt};
+use http::HeaderValue;
+use http::header::ACCEPT;
+use kube::Client;
+use kube::api::{DynamicObject, GetParams, ListParams, WatchParams};
+use kube::core::{Request, Resource};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::resource::Resolved;
+
+/// kubectl's Accept header for human output; the plain JSON at the end is for servers or resources that
+/// cannot render a Table.
+const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Table,
+    Objects,
+}
+
+/// Where a command reads from: a resource, and a namespace unless it reads across all of them (or the
+/// resource is cluster-scoped).
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub resolved: Resolved,
+    pub namespace: Option<String>,
+}
+
+impl Target {
+    fn path(&self) -> String {
+        DynamicObject::url_path(&self.resolved.ar, self.namespace.as_deref())
+    }
+
+    /// `No resources found in NS namespace.` or, across namespaces or for cluster-scoped resources,
+    /// `No resources found`: kubectl's words.
+    pub fn nothing_found(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("No resources found in {ns} namespace."),
+            None => "No resources found".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Column {
+    pub name: String,
+    #[serde(default)]
+    pub priority: i32,
+}
+
+/// One object as a row of the server's Table, or as the whole object.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub uid: String,
+    pub resource_version: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub creation_timestamp: Option<String>,
+    /// Table cells, when the server rendered a Table.
+    pub cells: Option<Vec<Value>>,
+    /// The whole object (with apiVersion and kind filled in), when asked for objects.
+    pub object: Option<Value>,
+}
+
+#[derive(Debug, Default)]
+pub struct Page {
+    pub resource_version: String,
+    pub continue_token: Option<String>,
+    /// The Table's columns; `None` when the server answered with plain objects.
+    pub columns: Option<Vec<Column>>,
+    pub items: Vec<Item>,
+}
+
+fn with_accept(mut req: http::Request<Vec<u8>>, shape: Shape) -> http::Request<Vec<u8>> {
+    if shape == Shape::Table {
+        req.headers_mut()
+            .insert(ACCEPT, HeaderValue::from_static(TABLE_ACCEPT));
+    }
+    req
+}
+
+pub async fn list_page(
+    client: &Client,
+    target: &Target,
+    lp: &ListParams,
+    shape: Shape,
+) -> Result<Page> {
+    let req = Request::new(target.path())
+        .list(lp)
+        .context("cannot build the list request")?;
+    let body: Value = client.request(with_accept(req, shape)).await?;
+    Ok(parse_page(body, &target.resolved))
+}
+
+pub async fn get_one(client: &Client, target: &Target, name: &str, shape: Shape) -> Result<Page> {
+    let req = Request::new(target.path())
+        .get(name, &GetParams::default())
+        .context("cannot build the get request")?;
+    let body: Value = client.request(with_accept(req, shape)).await?;
+    if body["kind"] == "Table" {
+        return Ok(parse_page(body, &target.resolved));
+    }
+    let resource_version = body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    Ok(Page {
+        resource_version,
+        items: vec![object_item(body, &target.resolved)],
+        ..Page::default()
+    })
+}
+
+/// The raw lines of a watch; each is one JSON event.
+pub async fn watch_lines(
+    client: &Client,
+    target: &Target,
+    wp: &WatchParams,
+    resource_version: &str,
+    shape: Shape,
+) -> Result<impl Stream<Item = std::io::Result<String>> + use<>, kube::Error> {
+    let req = Request::new(target.path())
+        .watch(wp, resource_version)
+        .map_err(kube::Error::BuildRequest)?;
+    let body = client.request_stream(with_accept(req, shape)).await?;
+    Ok(body
+        .lines()
+        .try_filter(|line| futures::future::ready(!line.is_empty())))
+}
+
+/// A Table or a list of objects, as `Item`s.
+pub fn parse_page(mut body: Value, resolved: &Resolved) -> Page {
+    let meta = body["metadata"].take();
+    let resource_version = meta["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let continue_token = meta["continue"]
+        .as_str()
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned);
+    if body["kind"] == "Table" {
+        let columns = serde_json::from_value(body["columnDefinitions"].take()).ok();
+        let items = match body["rows"].take() {
+            Value::Array(rows) => rows.into_iter().map(row_item).collect(),
+            _ => Vec::new(),
+        };
+        return Page {
+            resource_version,
+            continue_token,
+            columns,
+            items,
+        };
+    }
+    let items = match body["items"].take() {
+        Value::Array(objects) => objects
+            .into_iter()
+            .map(|o| object_item(o, resolved))
+            .collect(),
+        _ => Vec::new(),
+    };
+    Page {
+        resource_version,
+        continue_token,
+        columns: None,
+        items,
+    }
+}
+
+/// A Table row; its `object` is the row's PartialObjectMetadata.
+pub fn row_item(mut row: Value) -> Item {
+    let cells = match row["cells"].take() {
+        Value::Array(cells) => cells,
+        _ => Vec::new(),
+    };
+    let mut item = metadata_item(&row["object"]["metadata"]);
+    item.cells = Some(cells);
+    item
+}
+
+/// A whole object, with the apiVersion and kind that list items leave out.
+pub fn object_item(mut object: Value, resolved: &Resolved) -> Item {
+    if let Some(map) = object.as_object_mut() {
+        map.insert("apiVersion".into(), resolved.ar.api_version.clone().into());
+        map.insert("kind".into(), resolved.ar.kind.clone().into());
+    }
+    let mut item = metadata_item(&object["metadata"]);
+    item.object = Some(object);
+    item
+}
+
+fn metadata_item(meta: &Value) -> Item {
+    let text = |key: &str| meta[key].as_str().unwrap_or_default().to_owned();
+    let labels = meta["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Item {
+        uid: text("uid"),
+        resource_version: text("resourceVersion"),
+        namespace: meta["namespace"].as_str().map(str::to_owned),
+        name: text("name"),
+        labels,
+        creation_timestamp: meta["creationTimestamp"].as_str().map(str::to_owned),
+        cells: None,
+        object: None,
+    }
+}

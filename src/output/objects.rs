@@ -1,0 +1,273 @@
+//! Whole objects as kubectl prints them: `-o json` and `-o yaml` (a `List` when listing, written item by
+//! item so a long list is never held in memory), `-o name`, and watch events in each form.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::ser::PrettyFormatter;
+
+use crate::fetch::Item;
+use crate::resource::Resolved;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectFormat {
+    Json,
+    Yaml,
+    Name,
+}
+
+/// kubectl indents JSON by four spaces.
+pub fn json_pretty(value: &Value) -> io::Result<String> {
+    let mut buf = Vec::new();
+    let mut ser =
+        serde_json::Serializer::with_formatter(&mut buf, PrettyFormatter::with_indent(b"    "));
+    value.serialize(&mut ser).map_err(io::Error::other)?;
+    String::from_utf8(buf).map_err(io::Error::other)
+}
+
+pub fn yaml(value: &Value) -> io::Result<String> {
+    serde_yaml::to_string(value).map_err(io::Error::other)
+}
+
+fn indent(text: &str, first: &str, rest: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    for (i, line) in text.lines().enumerate() {
+        out.push_str(if i == 0 { first } else { rest });
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Streams a list: the opening, then each item as it arrives, then the closing with the list's
+/// resourceVersion.
+pub struct ListWriter<W: Write> {
+    out: W,
+    format: ObjectFormat,
+    resolved: Resolved,
+    count: usize,
+}
+
+impl<W: Write> ListWriter<W> {
+    pub fn new(out: W, format: ObjectFormat, resolved: Resolved) -> Self {
+        ListWriter {
+            out,
+            format,
+            resolved,
+            count: 0,
+        }
+    }
+
+    pub fn item(&mut self, item: &Item) -> io::Result<()> {
+        let object = item.object.as_ref().unwrap_or(&Value::Null);
+        match self.format {
+            ObjectFormat::Name => writeln!(self.out, "{}", self.resolved.object_name(&item.name))?,
+            ObjectFormat::Json => {
+                let opening = if self.count == 0 {
+                    "{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n"
+                } else {
+                    ",\n"
+                };
+                let body = indent(&json_pretty(object)?, "        ", "        ");
+                write!(self.out, "{opening}{}", body.trim_end_matches('\n'))?;
+            }
+            ObjectFormat::Yaml => {
+                let opening = if self.count == 0 {
+                    "apiVersion: v1\nitems:\n"
+                } else {
+                    ""
+                };
+                write!(self.out, "{opening}{}", indent(&yaml(object)?, "- ", "  "))?;
+            }
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Closes the list and hands back the writer.
+    pub fn finish(mut self, resource_version: &str) -> io::Result<W> {
+        let rv = serde_json::to_string(resource_version).map_err(io::Error::other)?;
+        match (self.format, self.count) {
+            (ObjectFormat::Name, _) => {}
+            (ObjectFormat::Json, 0) => write!(
+                self.out,
+                "{{\n    \"apiVersion\": \"v1\",\n    \"items\": [],\n    \"kind\": \"List\",\n    \"metadata\": {{\n        \"resourceVersion\": {rv}\n    }}\n}}\n"
+            )?,
+            (ObjectFormat::Json, _) => write!(
+                self.out,
+                "\n    ],\n    \"kind\": \"List\",\n    \"metadata\": {{\n        \"resourceVersion\": {rv}\n    }}\n}}\n"
+            )?,
+            (ObjectFormat::Yaml, 0) => write!(
+                self.out,
+                "apiVersion: v1\nitems: []\nkind: List\nmetadata:\n  resourceVersion: {rv}\n"
+            )?,
+            (ObjectFormat::Yaml, _) => {
+                write!(self.out, "kind: List\nmetadata:\n  resourceVersion: {rv}\n")?
+            }
+        }
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// One object on its own (`list NAME -o json`).
+pub fn write_object(
+    out: &mut impl Write,
+    format: ObjectFormat,
+    resolved: &Resolved,
+    item: &Item,
+) -> io::Result<()> {
+    let object = item.object.as_ref().unwrap_or(&Value::Null);
+    match format {
+        ObjectFormat::Name => writeln!(out, "{}", resolved.object_name(&item.name))?,
+        ObjectFormat::Json => writeln!(out, "{}", json_pretty(object)?)?,
+        ObjectFormat::Yaml => write!(out, "{}", yaml(object)?)?,
+    }
+    out.flush()
+}
+
+/// One watch event: a JSON line `{"type": ..., "object": ...}`, a YAML document, or `EVENT kind/name`.
+pub fn write_event(
+    out: &mut impl Write,
+    format: ObjectFormat,
+    resolved: &Resolved,
+    event: &str,
+    item: &Item,
+) -> io::Result<()> {
+    let object = item.object.as_ref().unwrap_or(&Value::Null);
+    match format {
+        ObjectFormat::Name => writeln!(out, "{event} {}", resolved.object_name(&item.name))?,
+        ObjectFormat::Json => {
+            let object = serde_json::to_string(object).map_err(io::Error::other)?;
+            writeln!(
+                out,
+                "{{\"type\":{},\"object\":{object}}}",
+                serde_json::to_string(event)?
+            )?
+        }
+        ObjectFormat::Yaml => {
+            let doc = serde_json::json!({ "type": event, "object": object });
+            write!(out, "---\n{}", yaml(&doc)?)?
+        }
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fetch::object_item;
+    use kube::discovery::ApiResource;
+
+    fn configmaps() -> Resolved {
+        Resolved {
+            ar: ApiResource {
+                group: String::new(),
+                version: "v1".into(),
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                plural: "configmaps".into(),
+            },
+            namespaced: true,
+            verbs: vec![],
+        }
+    }
+
+    fn items() -> Vec<Item> {
+        let objects = [
+            serde_json::json!({"metadata": {"name": "a", "namespace": "ns"}, "data": {"k": "line1\nline2\n"}}),
+            serde_json::json!({"metadata": {"name": "b", "namespace": "ns"}}),
+        ];
+        objects
+            .into_iter()
+            .map(|o| object_item(o, &configmaps()))
+            .collect()
+    }
+
+    fn list(format: ObjectFormat, items: &[Item]) -> String {
+        let mut writer = ListWriter::new(Vec::new(), format, configmaps());
+        for item in items {
+            writer.item(item).unwrap();
+        }
+        String::from_utf8(writer.finish("42").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn streamed_json_list_is_the_list_kubectl_prints() {
+        for n in [0, 1, 2] {
+            let text = list(ObjectFormat::Json, &items()[..n]);
+            let parsed: Value = serde_json::from_str(&text).unwrap();
+            let expected = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "List",
+                "metadata": {"resourceVersion": "42"},
+                "items": items()[..n].iter().map(|i| i.object.clone().unwrap()).collect::<Vec<_>>(),
+            });
+            assert_eq!(parsed, expected);
+            assert_eq!(
+                text,
+                json_pretty(&expected).unwrap() + "\n",
+                "formatted as a whole would be"
+            );
+        }
+    }
+
+    #[test]
+    fn streamed_yaml_list_parses_back() {
+        for n in [0, 1, 2] {
+            let text = list(ObjectFormat::Yaml, &items()[..n]);
+            let parsed: Value = serde_yaml::from_str(&text).unwrap();
+            assert_eq!(parsed["kind"], "List");
+            assert_eq!(parsed["metadata"]["resourceVersion"], "42");
+            let names: Vec<_> = parsed["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["metadata"]["name"].clone())
+                .collect();
+            assert_eq!(names.len(), n);
+            if n > 0 {
+                assert_eq!(parsed["items"][0]["data"]["k"], "line1\nline2\n");
+                assert_eq!(parsed["items"][0]["kind"], "ConfigMap");
+            }
+        }
+    }
+
+    #[test]
+    fn names_and_events() {
+        assert_eq!(
+            list(ObjectFormat::Name, &items()),
+            "configmap/a\nconfigmap/b\n"
+        );
+        let mut out = Vec::new();
+        write_event(
+            &mut out,
+            ObjectFormat::Json,
+            &configmaps(),
+            "ADDED",
+            &items()[1],
+        )
+        .unwrap();
+        let line = String::from_utf8(out).unwrap();
+        assert!(
+            line.starts_with("{\"type\":\"ADDED\",\"object\":{"),
+            "{line}"
+        );
+        let event: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(event["object"]["metadata"]["name"], "b");
+        let mut out = Vec::new();
+        write_event(
+            &mut out,
+            ObjectFormat::Yaml,
+            &configmaps(),
+            "DELETED",
+            &items()[0],
+        )
+        .unwrap();
+        let doc: Value =
+            serde_yaml::from_str(String::from_utf8(out).unwrap().trim_start_matches("---\n"))
+                .unwrap();
+        assert_eq!(doc["type"], "DELETED");
+    }
+}

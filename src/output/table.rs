@@ -1,0 +1,392 @@
+//! Tables as kubectl prints them: upper-cased headers, columns left-aligned and three spaces apart, at
+//! least six wide, no trailing spaces. Pages are printed as they arrive; a column never narrows, so later
+//! pages line up with earlier ones as far as their own cells allow.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use serde_json::Value;
+use tabled::builder::Builder;
+use tabled::grid::util::string::get_text_width;
+use tabled::settings::object::Columns;
+use tabled::settings::{Padding, Style, Width};
+
+use crate::fetch::{Column, Item};
+
+const GAP: usize = 3;
+const MIN_WIDTH: usize = 6;
+
+/// Which columns to print and how to fill them from an `Item`.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Indices into the server's Table cells; `None` when the server sent no Table (NAME and AGE then).
+    cells: Option<Vec<usize>>,
+    headers: Vec<String>,
+    namespace: bool,
+    labels: bool,
+    event: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LayoutOptions {
+    pub wide: bool,
+    pub namespace: bool,
+    pub labels: bool,
+    pub event: bool,
+}
+
+impl Layout {
+    pub fn new(columns: Option<&[Column]>, opts: LayoutOptions) -> Self {
+        let (cells, names) = match columns {
+            Some(columns) => {
+                // Priority 0 columns are the standard view; the others only appear with -o wide.
+                let picked: Vec<usize> = (0..columns.len())
+                    .filter(|&i| opts.wide || columns[i].priority == 0)
+                    .collect();
+                let names = picked
+                    .iter()
+                    .map(|&i| columns[i].name.to_uppercase())
+                    .collect();
+                (Some(picked), names)
+            }
+            None => (None, vec!["NAME".to_owned(), "AGE".to_owned()]),
+        };
+        let mut headers = Vec::new();
+        if opts.event {
+            headers.push("EVENT".to_owned());
+        }
+        if opts.namespace {
+            headers.push("NAMESPACE".to_owned());
+        }
+        headers.extend(names);
+        if opts.labels {
+            headers.push("LABELS".to_owned());
+        }
+        Layout {
+            cells,
+            headers,
+            namespace: opts.namespace,
+            labels: opts.labels,
+            event: opts.event,
+        }
+    }
+
+    pub fn headers(&self) -> &[String] {
+        &self.headers
+    }
+
+    pub fn row(&self, item: &Item, event: Option<&str>) -> Vec<String> {
+        let mut row = Vec::with_capacity(self.headers.len());
+        if self.event {
+            row.push(event.unwrap_or_default().to_owned());
+        }
+        if self.namespace {
+            row.push(item.namespace.clone().unwrap_or_default());
+        }
+        match &self.cells {
+            Some(picked) => {
+                let cells = item.cells.as_deref().unwrap_or_default();
+                row.extend(
+                    picked
+                        .iter()
+                        .map(|&i| cells.get(i).map(cell_text).unwrap_or_default()),
+                );
+            }
+            None => {
+                row.push(item.name.clone());
+                row.push(
+                    item.creation_timestamp
+                        .as_deref()
+                        .map(age)
+                        .unwrap_or_else(|| "<unknown>".to_owned()),
+                );
+            }
+        }
+        if self.labels {
+            row.push(label_text(&item.labels));
+        }
+        row
+    }
+}
+
+/// A Table cell as kubectl shows it: nothing for null, only the first line of multi-line text.
+fn cell_text(cell: &Value) -> String {
+    let text = match cell {
+        Value::Null => return String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    match text.find(['\n', '\r', '\x0c']) {
+        Some(cut) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+fn label_text(labels: &BTreeMap<String, String>) -> String {
+    if labels.is_empty() {
+        return "<none>".to_owned();
+    }
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Age of an RFC 3339 timestamp in kubectl's short form (`45s`, `3m12s`, `5h`, `12d`).
+fn age(timestamp: &str) -> String {
+    match timestamp.parse::<k8s_openapi::jiff::Timestamp>() {
+        Ok(created) => {
+            let seconds = k8s_openapi::jiff::Timestamp::now().as_second() - created.as_second();
+            human_duration(seconds)
+        }
+        Err(_) => "<unknown>".to_owned(),
+    }
+}
+
+/// k8s.io/apimachinery's `duration.HumanDuration`, to the same cut-offs.
+pub fn human_duration(seconds: i64) -> String {
+    if seconds < -1 {
+        return "<invalid>".to_owned();
+    }
+    if seconds < 0 {
+        return "0s".to_owned();
+    }
+    if seconds < 120 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        return match seconds % 60 {
+            0 => format!("{minutes}m"),
+            s => format!("{minutes}m{s}s"),
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = seconds / 3600;
+    if hours < 8 {
+        return match minutes % 60 {
+            0 => format!("{hours}h"),
+            m => format!("{hours}h{m}m"),
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        return match hours % 24 {
+            0 => format!("{}d", hours / 24),
+            h => format!("{}d{h}h", hours / 24),
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        return match (hours / 24) % 365 {
+            0 => format!("{}y", hours / 24 / 365),
+            d => format!("{}y{d}d", hours / 24 / 365),
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+/// Writes rows in batches (a page, a watch event) with the header once before the first batch.
+pub struct TableWriter<W: Write> {
+    out: W,
+    header: Option<Vec<String>>,
+    widths: Vec<usize>,
+}
+
+impl<W: Write> TableWriter<W> {
+    /// `header: None` prints no header (`--no-headers`).
+    pub fn new(out: W, header: Option<Vec<String>>) -> Self {
+        TableWriter {
+            out,
+            header,
+            widths: Vec::new(),
+        }
+    }
+
+    /// The header to print before the next rows (and only then).
+    pub fn set_header(&mut self, header: Vec<String>) {
+        self.header = Some(header);
+    }
+
+    /// Makes a column at least wide enough for text of this width, before any row needs it.
+    pub fn reserve(&mut self, column: usize, text_width: usize) {
+        if self.widths.len() <= column {
+            self.widths.resize(column + 1, 0);
+        }
+        self.widths[column] = self.widths[column].max(text_width + GAP).max(MIN_WIDTH);
+    }
+
+    pub fn write_rows(&mut self, rows: &[Vec<String>]) -> io::Result<()> {
+        let header = self.header.take();
+        let records: Vec<&Vec<String>> = header.iter().chain(rows).collect();
+        let Some(columns) = records.iter().map(|r| r.len()).max().filter(|&n| n > 0) else {
+            return Ok(());
+        };
+        self.widths.resize(columns.max(self.widths.len()), 0);
+        for record in &records {
+            for (i, cell) in record.iter().enumerate().take(columns - 1) {
+                self.widths[i] = self.widths[i]
+                    .max(get_text_width(cell) + GAP)
+                    .max(MIN_WIDTH);
+            }
+        }
+
+        let mut builder = Builder::default();
+        for record in &records {
+            builder.push_record(record.iter().map(String::as_str));
+        }
+        let mut table = builder.build();
+        table.with(Style::empty()).with(Padding::zero());
+        for (i, &width) in self.widths.iter().enumerate().take(columns - 1) {
+            table.modify(Columns::one(i), Width::increase(width));
+        }
+        for line in table.to_string().lines() {
+            writeln!(self.out, "{}", line.trim_end())?;
+        }
+        self.out.flush()
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(batches: &[&[&[&str]]], header: Option<&[&str]>) -> String {
+        let mut writer = TableWriter::new(
+            Vec::new(),
+            header.map(|h| h.iter().map(|s| s.to_string()).collect()),
+        );
+        for batch in batches {
+            let rows: Vec<Vec<String>> = batch
+                .iter()
+                .map(|r| r.iter().map(|s| s.to_string()).collect())
+                .collect();
+            writer.write_rows(&rows).unwrap();
+        }
+        String::from_utf8(writer.into_inner()).unwrap()
+    }
+
+    #[test]
+    fn aligned_like_kubectl() {
+        // Taken from `kubectl get samples` on the local cluster.
+        let out = render(
+            &[&[&["sample-resource-1", "first sample resource", "", "0s"]]],
+            Some(&["NAME", "TEST STRING", "READY", "AGE"]),
+        );
+        assert_eq!(
+            out,
+            "NAME                TEST STRING             READY   AGE\nsample-resource-1   first sample resource           0s\n"
+        );
+    }
+
+    #[test]
+    fn later_pages_never_narrow_a_column() {
+        let out = render(
+            &[&[&["a-long-name", "1"]], &[&["b", "2"]]],
+            Some(&["NAME", "N"]),
+        );
+        assert_eq!(out, "NAME          N\na-long-name   1\nb             2\n");
+    }
+
+    #[test]
+    fn no_header_and_wide_characters() {
+        let out = render(&[&[&["日本", "x"], &["ab", "y"]]], None);
+        assert_eq!(out, "日本   x\nab     y\n");
+    }
+
+    #[test]
+    fn layout_picks_columns_and_extras() {
+        let columns = vec![
+            Column {
+                name: "Name".into(),
+                priority: 0,
+            },
+            Column {
+                name: "Data".into(),
+                priority: 0,
+            },
+            Column {
+                name: "Node".into(),
+                priority: 1,
+            },
+        ];
+        let item = Item {
+            uid: "u".into(),
+            resource_version: "1".into(),
+            namespace: Some("ns".into()),
+            name: "n".into(),
+            labels: [
+                ("b".to_owned(), "2".to_owned()),
+                ("a".to_owned(), "1".to_owned()),
+            ]
+            .into(),
+            creation_timestamp: None,
+            cells: Some(vec!["n".into(), 3.into(), Value::Null]),
+            object: None,
+        };
+        let plain = Layout::new(Some(&columns), LayoutOptions::default());
+        assert_eq!(plain.headers(), ["NAME", "DATA"]);
+        assert_eq!(plain.row(&item, None), ["n", "3"]);
+        let all = LayoutOptions {
+            wide: true,
+            namespace: true,
+            labels: true,
+            event: true,
+        };
+        let wide = Layout::new(Some(&columns), all);
+        assert_eq!(
+            wide.headers(),
+            ["EVENT", "NAMESPACE", "NAME", "DATA", "NODE", "LABELS"]
+        );
+        assert_eq!(
+            wide.row(&item, Some("ADDED")),
+            ["ADDED", "ns", "n", "3", "", "a=1,b=2"]
+        );
+        let fallback = Layout::new(None, LayoutOptions::default());
+        assert_eq!(fallback.headers(), ["NAME", "AGE"]);
+        assert_eq!(fallback.row(&item, None), ["n", "<unknown>"]);
+    }
+
+    #[test]
+    fn cells_show_only_their_first_line() {
+        assert_eq!(cell_text(&"one\ntwo".into()), "one...");
+        assert_eq!(cell_text(&true.into()), "true");
+    }
+
+    #[test]
+    fn durations_match_apimachinery() {
+        let cases = [
+            (-5, "<invalid>"),
+            (-1, "0s"),
+            (0, "0s"),
+            (119, "119s"),
+            (120, "2m"),
+            (190, "3m10s"),
+            (600, "10m"),
+            (179 * 60, "179m"),
+            (3 * 3600, "3h"),
+            (3 * 3600 + 60, "3h1m"),
+            (47 * 3600, "47h"),
+            (2 * 86400, "2d"),
+            (2 * 86400 + 3600, "2d1h"),
+            (30 * 86400, "30d"),
+            (3 * 365 * 86400, "3y"),
+            (3 * 365 * 86400 + 86400, "3y1d"),
+            (9 * 365 * 86400, "9y"),
+        ];
+        for (seconds, want) in cases {
+            assert_eq!(human_duration(seconds), want, "{seconds}");
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! Naming a resource: `--gvr GROUP/VERSION/RESOURCE` (one discovery request for that group-version) or a
+//! kubectl-style name (`samples`, `smp`, `Sample`, `deployments.apps`) resolved through aggregated
+//! discovery. Either way the result carries the real kind and scope, never a guess.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
+use kube::core::discovery::v2::{APIGroupDiscoveryList, APIResourceDiscovery};
+use kube::discovery::ApiResource;
+use kube::{Api, Client};
+
+use crate::error::UsageError;
+
+/// A parsed `--gvr`. The group is empty for the core group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gvr {
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+}
+
+const GVR_FORM: &str = "expected GROUP/VERSION/RESOURCE such as example.com/v1alpha1/samples, \
+                        or VERSION/RESOURCE for the core group such as v1/configmaps";
+
+impl Gvr {
+    pub fn parse(text: &str) -> Result<Self, UsageError> {
+        let bad = |why: &str| UsageError(format!("invalid --gvr {text:?}: {why}; {GVR_FORM}"));
+        let parts: Vec<&str> = text.split('/').collect();
+        let (group, version, resource) = match parts[..] {
+            [version, resource] => ("", version, resource),
+            [group, version, resource] => (group, version, resource),
+            [_, _, resource, sub] if !resource.is_empty() && !sub.is_empty() => {
+                return Err(bad(&format!(
+                    "subresources such as {resource}/{sub} cannot be listed or watched"
+                )));
+            }
+            [_] => return Err(bad("too few parts")),
+            _ => return Err(bad("too many parts")),
+        };
+        if parts.iter().any(|p| p.is_empty()) {
+            return Err(bad("empty part"));
+        }
+        if !group.is_empty() && !is_dns_subdomain(group) {
+            return Err(bad(&format!(
+                "{group:?} is not a valid API group (lowercase DNS name)"
+            )));
+        }
+        if !is_dns_label(version) || !version.starts_with(|c: char| c.is_ascii_lowercase()) {
+            return Err(bad(&format!(
+                "{version:?} is not a valid API version (such as v1 or v1alpha1)"
+            )));
+        }
+        if !is_dns_label(resource) {
+            return Err(bad(&format!(
+                "{resource:?} is not a valid resource name (lowercase plural such as samples)"
+            )));
+        }
+        Ok(Gvr {
+            group: group.into(),
+            version: version.into(),
+            resource: resource.into(),
+        })
+    }
+
+    fn group_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// A resource the server serves, as discovery describes it.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub ar: ApiResource,
+    pub namespaced: bool,
+    pub verbs: Vec<String>,
+}
+
+impl Resolved {
+    /// `samples.example.com`, or `configmaps` for the core group: how kubectl names a resource in messages.
+    pub fn qualified_plural(&self) -> String {
+        if self.ar.group.is_empty() {
+            self.ar.plural.clone()
+        } else {
+            format!("{}.{}", self.ar.plural, self.ar.group)
+        }
+    }
+
+    /// `sample.example.com/NAME`, or `configmap/NAME`: kubectl's `-o name` form.
+    pub fn object_name(&self, name: &str) -> String {
+        let kind = self.ar.kind.to_lowercase();
+        if self.ar.group.is_empty() {
+            format!("{kind}/{name}")
+        } else {
+            format!("{kind}.{}/{name}", self.ar.group)
+        }
+    }
+
+    pub fn supports(&self, verb: &str) -> bool {
+        self.verbs.iter().any(|v| v == verb)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the server doesn't have a resource type {0:?}")]
+pub struct UnknownResource(pub String);
+
+/// How long a resource whose CRD exists may stay missing from discovery: the API server publishes a new
+/// CRD's endpoints a moment after it is created.
+const DISCOVERY_GRACE: Duration = Duration::from_secs(10);
+const DISCOVERY_RETRY: Duration = Duration::from_millis(250);
+
+pub async fn resolve_gvr(client: &Client, gvr: &Gvr, input: &str) -> Result<Resolved> {
+    let deadline = tokio::time::Instant::now() + DISCOVERY_GRACE;
+    loop {
+        if let Some(found) = find_in_group_version(client, gvr).await? {
+            return Ok(found);
+        }
+        let crd_name = format!("{}.{}", gvr.resource, gvr.group);
+        let pending = !gvr.group.is_empty() && crd_serves(client, &crd_name, &gvr.version).await;
+        if !pending || tokio::time::Instant::now() >= deadline {
+            return Err(UnknownResource(input.to_owned()).into());
+        }
+        tracing::debug!(
+            crd = crd_name,
+            "the CRD exists but discovery does not show it yet; retrying"
+        );
+        tokio::time::sleep(DISCOVERY_RETRY).await;
+    }
+}
+
+async fn find_in_group_version(client: &Client, gvr: &Gvr) -> Result<Option<Resolved>> {
+    let listed = if gvr.group.is_empty() {
+        client.list_core_api_resources(&gvr.version).await
+    } else {
+        client.list_api_group_resources(&gvr.group_version()).await
+    };
+    let list: APIResourceList = match listed {
+        Ok(list) => list,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+        Err(err) => return Err(err).context(format!("cannot discover {}", gvr.group_version())),
+    };
+    Ok(list
+        .resources
+        .into_iter()
+        .find(|r| r.name == gvr.resource)
+        .map(|r| Resolved {
+            ar: ApiResource {
+                group: gvr.group.clone(),
+                version: gvr.version.clone(),
+                api_version: gvr.group_version(),
+                kind: r.kind,
+                plural: r.name,
+            },
+            namespaced: r.namespaced,
+            verbs: r.verbs,
+        }))
+}
+
+async fn crd_serves(client: &Client, name: &str, version: &str) -> bool {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match crds.get_opt(name).await {
+        Ok(Some(crd)) => crd
+            .spec
+            .versions
+            .iter()
+            .any(|v| v.name == version && v.served),
+        _ => false,
+    }
+}
+
+/// A kubectl-style resource name: `samples`, `sample`, `Sample`, `smp`, optionally qualified by group
+/// (`samples.example.com`) or by version and group (`deployments.v1.apps`).
+pub async fn resolve_name(client: &Client, input: &str) -> Result<Resolved> {
+    if input.is_empty() || input.chars().any(|c| c.is_whitespace() || c == '/') {
+        return Err(UsageError(format!(
+            "invalid resource name {input:?}: expected a name such as samples, smp or deployments.apps, or use --gvr"
+        ))
+        .into());
+    }
+    let deadline = tokio::time::Instant::now() + DISCOVERY_GRACE;
+    loop {
+        let core = client
+            .list_core_api_versions_aggregated()
+            .await
+            .context("cannot discover the core API")?;
+        let groups = client
+            .list_api_groups_aggregated()
+            .await
+            .context("cannot discover API groups")?;
+        if let Some(found) = find_by_name(&[core, groups], input) {
+            return Ok(found);
+        }
+        if !crd_names_match(client, input).await || tokio::time::Instant::now() >= deadline {
+            return Err(UnknownResource(input.to_owned()).into());
+        }
+        tracing::debug!(
+            name = input,
+            "a CRD has this name but discovery does not show it yet; retrying"
+        );
+        tokio::time::sleep(DISCOVERY_RETRY).await;
+    }
+}
+
+/// The readings of `input`: the whole of it as a resource name, or `resource.group`, or
+/// `resource.version.group`.
+fn readings(input: &str) -> Vec<(String, Option<String>, Option<String>)> {
+    let lower = input.to_lowercase();
+    let mut out = vec![(lower.clone(), None, None)];
+    if let Some((resource, rest)) = lower.split_once('.') {
+        out.push((resource.to_owned(), None, Some(rest.to_owned())));
+        if let Some((version, group)) = rest.split_once('.') {
+            out.push((
+                resource.to_owned(),
+                Some(version.to_owned()),
+                Some(group.to_owned()),
+            ));
+        }
+    }
+    out
+}
+
+fn names_match(resource: &APIResourceDiscovery, name: &str) -> bool {
+    let plural = resource.resource.as_deref().unwrap_or_default();
+    let kind = resource
+        .response_kind
+        .as_ref()
+        .and_then(|k| k.kind.as_deref())
+        .unwrap_or_default();
+    plural == name
+        || resource.singular_resource.as_deref() == Some(name)
+        || kind.to_lowercase() == name
+        || resource.short_names.iter().any(|s| s == name)
+}
+
+/// The first match in discovery order: the core group first, then groups in the server's priority order,
+/// and within a group its preferred version first, which is how kubectl picks between `events` and
+/// `events.events.k8s.io`.
+fn find_by_name(lists: &[APIGroupDiscoveryList], input: &str) -> Option<Resolved> {
+    for (name, want_version, want_group) in readings(input) {
+        for group in lists.iter().flat_map(|l| &l.items) {
+            let group_name = group
+                .metadata
+                .as_ref()
+                .and_then(|m| m.name.clone())
+                .unwrap_or_default();
+            if want_group.as_ref().is_some_and(|g| *g != group_name) {
+                continue;
+            }
+            for version in &group.versions {
+                let version_name = version.version.clone().unwrap_or_default();
+                if want_version.as_ref().is_some_and(|v| *v != version_name) {
+                    continue;
+                }
+                if let Some(resource) = version.resources.iter().find(|r| names_match(r, &name)) {
+                    let plural = resource.resource.clone().unwrap_or_default();
+                    let kind = resource
+                        .response_kind
+                        .as_ref()
+                        .and_then(|k| k.kind.clone())
+                        .unwrap_or_default();
+                    let api_version = if group_name.is_empty() {
+                        version_name.clone()
+                    } else {
+                        format!("{group_name}/{version_name}")
+                    };
+                    return Some(Resolved {
+                        ar: ApiResource {
+                            group: group_name,
+                            version: version_name,
+                            api_version,
+                            kind,
+                            plural,
+                        },
+                        namespaced: resource.scope.as_deref() == Some("Namespaced"),
+                        verbs: resource.verbs.clone(),
+                    });
+                }
+            }
+        }
+    }
+    None
+}
+
+async fn crd_names_match(client: &Client, input: &str) -> bool {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let Ok(list) = crds.list(&Default::default()).await else {
+        return false;
+    };
+    list.items.iter().any(|crd| {
+        let names = &crd.spec.names;
+        readings(input).iter().any(|(name, _, group)| {
+            group.as_ref().is_none_or(|g| *g == crd.spec.group)
+                && (names.plural == *name
+                    || names.singular.as_deref() == Some(name)
+                    || names.kind.to_lowercase() == *name
+                    || names.short_names.iter().flatten().any(|s| s == name))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gvr(g: &str, v: &str, r: &str) -> Gvr {
+        Gvr {
+            group: g.into(),
+            version: v.into(),
+            resource: r.into(),
+        }
+    }
+
+    #[test]
+    fn parses_grouped_and_core() {
+        assert_eq!(
+            Gvr::parse("example.com/v1alpha1/samples").unwrap(),
+            gvr("example.com", "v1alpha1", "samples")
+        );
+        assert_eq!(
+            Gvr::parse("v1/configmaps").unwrap(),
+            gvr("", "v1", "configmaps")
+        );
+        assert_eq!(
+            Gvr::parse("apiextensions.k8s.io/v1/customresourcedefinitions").unwrap(),
+            gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        );
+    }
+
+    #[test]
+    fn rejects_malformed_with_the_expected_form() {
+        let cases = [
+            ("", "too few parts"),
+            ("samples", "too few parts"),
+            ("/v1/configmaps", "empty part"),
+            ("v1/", "empty part"),
+            ("example.com//samples", "empty part"),
+            ("a/b/c/d/e", "too many parts"),
+            (
+                "example.com/v1alpha1/samples/status",
+                "subresources such as samples/status",
+            ),
+            ("v1/config maps", "not a valid resource name"),
+            (" v1/configmaps", "not a valid API version"),
+            ("example.com/v1/Samples", "not a valid resource name"),
+            ("exämple.com/v1/samples", "not a valid API group"),
+            ("v1/configmaps✓", "not a valid resource name"),
+            ("example.com/1/samples", "not a valid API version"),
+        ];
+        for (input, why) in cases {
+            let err = Gvr::parse(input).unwrap_err().to_string();
+            assert!(err.contains(why), "{input:?}: {err}");
+            assert!(
+                err.contains("GROUP/VERSION/RESOURCE such as example.com/v1alpha1/samples"),
+                "{input:?}: {err}"
+            );
+        }
+        let long = format!("{}/v1/samples", "a".repeat(300));
+        assert!(
+            Gvr::parse(&long)
+                .unwrap_err()
+                .to_string()
+                .contains("not a valid API group")
+        );
+    }
+
+    fn discovery() -> Vec<APIGroupDiscoveryList> {
+        let doc = serde_json::json!({"items": [
+            {"metadata": {"name": ""}, "versions": [{"version": "v1", "resources": [
+                {"resource": "configmaps", "responseKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                 "scope": "Namespaced", "singularResource": "configmap", "verbs": ["list"], "shortNames": ["cm"]},
+                {"resource": "events", "responseKind": {"group": "", "version": "v1", "kind": "Event"},
+                 "scope": "Namespaced", "singularResource": "event", "verbs": ["list"], "shortNames": ["ev"]}]}]},
+            {"metadata": {"name": "events.k8s.io"}, "versions": [{"version": "v1", "resources": [
+                {"resource": "events", "responseKind": {"group": "events.k8s.io", "version": "v1", "kind": "Event"},
+                 "scope": "Namespaced", "singularResource": "event", "verbs": ["list"]}]}]},
+            {"metadata": {"name": "example.com"}, "versions": [
+                {"version": "v1beta1", "resources": [
+                    {"resource": "samples", "responseKind": {"group": "example.com", "version": "v1beta1", "kind": "Sample"},
+                     "scope": "Namespaced", "singularResource": "sample", "verbs": ["list"], "shortNames": ["smp"]}]},
+                {"version": "v1alpha1", "resources": [
+                    {"resource": "samples", "responseKind": {"group": "example.com", "version": "v1alpha1", "kind": "Sample"},
+                     "scope": "Namespaced", "singularResource": "sample", "verbs": ["list"], "shortNames": ["smp"]}]}]}
+        ]});
+        vec![serde_json::from_value(doc).unwrap()]
+    }
+
+    #[test]
+    fn names_resolve_like_kubectl() {
+        let lists = discovery();
+        let find =
+            |name| find_by_name(&lists, name).map(|r| (r.ar.api_version, r.ar.plural, r.ar.kind));
+        let sample = Some((
+            "example.com/v1beta1".into(),
+            "samples".into(),
+            "Sample".into(),
+        ));
+        for name in [
+            "samples",
+            "sample",
+            "smp",
+            "Sample",
+            "SAMPLES",
+            "samples.example.com",
+        ] {
+            assert_eq!(find(name), sample, "{name}");
+        }
+        assert_eq!(
+            find("samples.v1alpha1.example.com").unwrap().0,
+            "example.com/v1alpha1"
+        );
+        assert_eq!(find("cm").unwrap().1, "configmaps");
+        assert_eq!(
+            find("events").unwrap().0,
+            "v1",
+            "the core group wins, as in kubectl"
+        );
+        assert_eq!(find("events.events.k8s.io").unwrap().0, "events.k8s.io/v1");
+        assert_eq!(find("samples.other.com"), None);
+        assert_eq!(find("nothing"), None);
+    }
+
+    #[test]
+    fn qualified_names_for_messages_and_name_output() {
+        let lists = discovery();
+        let sample = find_by_name(&lists, "smp").unwrap();
+        assert_eq!(sample.qualified_plural(), "samples.example.com");
+        assert_eq!(sample.object_name("a"), "sample.example.com/a");
+        let cm = find_by_name(&lists, "cm").unwrap();
+        assert_eq!(cm.qualified_plural(), "configmaps");
+        assert_eq!(cm.object_name("a"), "configmap/a");
+    }
+}
