@@ -61,10 +61,8 @@ pub enum Command {
     )]
     List(ListArgs),
     /// List, then stream ADDED / MODIFIED / DELETED changes to any resource, surviving disconnects
-    #[command(
-        after_help = "Examples:\n  samplectl watch --gvr example.com/v1alpha1/samples -A\n  \
-                            samplectl watch --gvr v1/configmaps -o json --max-events 10"
-    )]
+    #[command(after_help = "Examples:\n  samplectl watch --gvr example.com/v1alpha1/samples -A\n  \
+                            samplectl watch --gvr v1/configmaps -o json --max-events 10")]
     Watch(WatchArgs),
 }
 
@@ -104,6 +102,10 @@ pub struct SelectArgs {
     /// Add a LABELS column
     #[arg(long)]
     pub show_labels: bool,
+
+    /// Keep metadata.managedFields in json and yaml output
+    #[arg(long)]
+    pub show_managed_fields: bool,
 
     /// Objects per request; 0 asks for everything at once
     #[arg(long, default_value_t = 500, value_name = "N")]
@@ -160,9 +162,7 @@ pub struct InstallCrdArgs {
 /// Parses durations the way kubectl's flags take them: a number followed by ms, s, m or h, and combinations
 /// such as `1m30s`. A bare `0` is allowed because "0 means do not wait" is a common request.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!("invalid duration {text:?}: use a number with a unit, such as 500ms, 30s, 2m or 1h")
-    };
+    let bad = || format!("invalid duration {text:?}: use a number with a unit, such as 500ms, 30s, 2m or 1h");
     let text = text.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
@@ -179,20 +179,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         }
         let value: u64 = rest[..digits].parse().map_err(|_| bad())?;
         rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let part = match &rest[..unit_len] {
             "ms" => Duration::from_millis(value),
             "s" => Duration::from_secs(value),
-            "m" => value
-                .checked_mul(60)
-                .map(Duration::from_secs)
-                .ok_or_else(bad)?,
-            "h" => value
-                .checked_mul(3600)
-                .map(Duration::from_secs)
-                .ok_or_else(bad)?,
+            "m" => value.checked_mul(60).map(Duration::from_secs).ok_or_else(bad)?,
+            "h" => value.checked_mul(3600).map(Duration::from_secs).ok_or_else(bad)?,
             _ => return Err(bad()),
         };
         total = total.checked_add(part).ok_or_else(bad)?;
@@ -218,17 +210,7 @@ mod tests {
 
     #[test]
     fn durations_rejected() {
-        for bad in [
-            "",
-            "30",
-            "s",
-            "-1s",
-            "1.5s",
-            "3d",
-            "10 s",
-            "ms5",
-            "99999999999999999999h",
-        ] {
+        for bad in ["", "30", "s", "-1s", "1.5s", "3d", "10 s", "ms5", "99999999999999999999h"] {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.contains("invalid duration"), "{bad:?} gave {err}");
         }

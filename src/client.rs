@@ -33,10 +33,7 @@ impl Connection {
         let _ = SERVER.set(authority.unwrap_or_else(|| config.cluster_url.to_string()));
         let default_namespace = config.default_namespace.clone();
         let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
-        Ok(Self {
-            client,
-            default_namespace,
-        })
+        Ok(Self { client, default_namespace })
     }
 }
 
@@ -44,17 +41,12 @@ impl Connection {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read kubeconfig {path:?}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("kubeconfig {path:?} is not valid: {reason}")]
     Invalid { path: String, reason: String },
     #[error("context {0:?} does not exist in the kubeconfig")]
     UnknownContext(String),
-    #[error(
-        "the kubeconfig has no current context; pass --context or run `kubectl config use-context`"
-    )]
+    #[error("the kubeconfig has no current context; pass --context or run `kubectl config use-context`")]
     NoCurrentContext,
     #[error(
         "no Kubernetes configuration found: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config, or run inside a cluster"
@@ -63,10 +55,7 @@ pub enum ConfigError {
 }
 
 async fn load_config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<kube::Config> {
-    let options = KubeConfigOptions {
-        context: context.map(str::to_owned),
-        ..Default::default()
-    };
+    let options = KubeConfigOptions { context: context.map(str::to_owned), ..Default::default() };
     if let Some(path) = kubeconfig {
         let file = read_kubeconfig(path)?;
         return kube::Config::from_custom_kubeconfig(file, &options)
@@ -81,9 +70,7 @@ async fn load_config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result
             (None, Some(p)) => p.display().to_string(),
             (None, None) => "~/.kube/config".to_owned(),
         };
-        return kube::Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| explain(e, &source).into());
+        return kube::Config::from_kubeconfig(&options).await.map_err(|e| explain(e, &source).into());
     }
     kube::Config::incluster().map_err(|_| ConfigError::NotFound.into())
 }
@@ -105,10 +92,9 @@ fn explain(err: KubeconfigError, source: &str) -> ConfigError {
         KubeconfigError::ReadConfig(source, path) => ConfigError::Read { path, source },
         other => ConfigError::Invalid {
             path: source.to_owned(),
-            reason: join_causes(std::iter::successors(
-                Some(&other as &(dyn std::error::Error + 'static)),
-                |e| e.source(),
-            )),
+            reason: join_causes(std::iter::successors(Some(&other as &(dyn std::error::Error + 'static)), |e| {
+                e.source()
+            })),
         },
     }
 }

@@ -28,11 +28,7 @@ pub fn report(err: &anyhow::Error) -> Option<(String, i32)> {
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        cause
-            .downcast_ref::<io::Error>()
-            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
-    })
+    err.chain().any(|cause| cause.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
 }
 
 fn message(err: &anyhow::Error) -> String {
@@ -47,15 +43,9 @@ fn message(err: &anyhow::Error) -> String {
             );
         }
     }
-    if err
-        .chain()
-        .any(|c| c.downcast_ref::<kube::Error>().is_some_and(is_transport))
-    {
+    if err.chain().any(|c| c.downcast_ref::<kube::Error>().is_some_and(is_transport)) {
         let server = client::server().unwrap_or("the server");
-        return format!(
-            "error: unable to connect to the server {server}: {}",
-            innermost(err)
-        );
+        return format!("error: unable to connect to the server {server}: {}", innermost(err));
     }
     format!("error: {}", join_causes(err.chain()))
 }
@@ -70,10 +60,7 @@ fn api_status<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a St
 /// kubectl's wording for errors the API server sent back (`Error from server (Reason): message`).
 fn from_server(status: &Status) -> String {
     if status.code == 401 {
-        return format!(
-            "error: You must be logged in to the server ({})",
-            status.message
-        );
+        return format!("error: You must be logged in to the server ({})", status.message);
     }
     match status.reason.as_str() {
         "" => format!("Error from server: {}", status.message),
@@ -82,24 +69,16 @@ fn from_server(status: &Status) -> String {
 }
 
 fn is_transport(err: &kube::Error) -> bool {
-    matches!(
-        err,
-        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::RustlsTls(_)
-    )
+    matches!(err, kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::RustlsTls(_))
 }
 
 fn innermost(err: &anyhow::Error) -> String {
-    err.chain()
-        .last()
-        .map(ToString::to_string)
-        .unwrap_or_default()
+    err.chain().last().map(ToString::to_string).unwrap_or_default()
 }
 
 /// An error and its causes as one line ("outer: inner: innermost"), dropping causes whose text the line
 /// already holds (many errors repeat their source in their own message).
-pub fn join_causes<'a>(
-    causes: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>,
-) -> String {
+pub fn join_causes<'a>(causes: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> String {
     let mut text = String::new();
     for cause in causes {
         let part = cause.to_string();
@@ -125,25 +104,14 @@ mod tests {
 
     #[test]
     fn server_errors_read_like_kubectl() {
-        let err = anyhow::Error::new(status(
-            403,
-            "Forbidden",
-            "samples.example.com is forbidden: User \"x\"",
-        ))
-        .context("cannot list samples");
+        let err = anyhow::Error::new(status(403, "Forbidden", "samples.example.com is forbidden: User \"x\""))
+            .context("cannot list samples");
         assert_eq!(
             report(&err),
-            Some((
-                "Error from server (Forbidden): samples.example.com is forbidden: User \"x\""
-                    .into(),
-                1
-            ))
+            Some(("Error from server (Forbidden): samples.example.com is forbidden: User \"x\"".into(), 1))
         );
         let err = anyhow::Error::new(status(401, "Unauthorized", "Unauthorized"));
-        assert_eq!(
-            report(&err).unwrap().0,
-            "error: You must be logged in to the server (Unauthorized)"
-        );
+        assert_eq!(report(&err).unwrap().0, "error: You must be logged in to the server (Unauthorized)");
     }
 
     #[test]
@@ -154,19 +122,13 @@ mod tests {
 
     #[test]
     fn broken_pipe_is_not_a_failure() {
-        let err = anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe))
-            .context("writing output");
+        let err = anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe)).context("writing output");
         assert_eq!(report(&err), None);
     }
 
     #[test]
     fn other_errors_keep_their_causes_once() {
-        let err = Err::<(), _>(io::Error::other("disk on fire"))
-            .context("cannot write file")
-            .unwrap_err();
-        assert_eq!(
-            report(&err).unwrap().0,
-            "error: cannot write file: disk on fire"
-        );
+        let err = Err::<(), _>(io::Error::other("disk on fire")).context("cannot write file").unwrap_err();
+        assert_eq!(report(&err).unwrap().0, "error: cannot write file: disk on fire");
     }
 }

@@ -19,7 +19,8 @@ use crate::resource::Resolved;
 
 /// kubectl's Accept header for human output; the plain JSON at the end is for servers or resources that
 /// cannot render a Table.
-const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+const TABLE_ACCEPT: &str =
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -84,42 +85,25 @@ pub struct Page {
 
 fn with_accept(mut req: http::Request<Vec<u8>>, shape: Shape) -> http::Request<Vec<u8>> {
     if shape == Shape::Table {
-        req.headers_mut()
-            .insert(ACCEPT, HeaderValue::from_static(TABLE_ACCEPT));
+        req.headers_mut().insert(ACCEPT, HeaderValue::from_static(TABLE_ACCEPT));
     }
     req
 }
 
-pub async fn list_page(
-    client: &Client,
-    target: &Target,
-    lp: &ListParams,
-    shape: Shape,
-) -> Result<Page> {
-    let req = Request::new(target.path())
-        .list(lp)
-        .context("cannot build the list request")?;
+pub async fn list_page(client: &Client, target: &Target, lp: &ListParams, shape: Shape) -> Result<Page> {
+    let req = Request::new(target.path()).list(lp).context("cannot build the list request")?;
     let body: Value = client.request(with_accept(req, shape)).await?;
     Ok(parse_page(body, &target.resolved))
 }
 
 pub async fn get_one(client: &Client, target: &Target, name: &str, shape: Shape) -> Result<Page> {
-    let req = Request::new(target.path())
-        .get(name, &GetParams::default())
-        .context("cannot build the get request")?;
+    let req = Request::new(target.path()).get(name, &GetParams::default()).context("cannot build the get request")?;
     let body: Value = client.request(with_accept(req, shape)).await?;
     if body["kind"] == "Table" {
         return Ok(parse_page(body, &target.resolved));
     }
-    let resource_version = body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    Ok(Page {
-        resource_version,
-        items: vec![object_item(body, &target.resolved)],
-        ..Page::default()
-    })
+    let resource_version = body["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
+    Ok(Page { resource_version, items: vec![object_item(body, &target.resolved)], ..Page::default() })
 }
 
 /// The raw lines of a watch; each is one JSON event.
@@ -130,52 +114,29 @@ pub async fn watch_lines(
     resource_version: &str,
     shape: Shape,
 ) -> Result<impl Stream<Item = std::io::Result<String>> + use<>, kube::Error> {
-    let req = Request::new(target.path())
-        .watch(wp, resource_version)
-        .map_err(kube::Error::BuildRequest)?;
+    let req = Request::new(target.path()).watch(wp, resource_version).map_err(kube::Error::BuildRequest)?;
     let body = client.request_stream(with_accept(req, shape)).await?;
-    Ok(body
-        .lines()
-        .try_filter(|line| futures::future::ready(!line.is_empty())))
+    Ok(body.lines().try_filter(|line| futures::future::ready(!line.is_empty())))
 }
 
 /// A Table or a list of objects, as `Item`s.
 pub fn parse_page(mut body: Value, resolved: &Resolved) -> Page {
     let meta = body["metadata"].take();
-    let resource_version = meta["resourceVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let continue_token = meta["continue"]
-        .as_str()
-        .filter(|c| !c.is_empty())
-        .map(str::to_owned);
+    let resource_version = meta["resourceVersion"].as_str().unwrap_or_default().to_owned();
+    let continue_token = meta["continue"].as_str().filter(|c| !c.is_empty()).map(str::to_owned);
     if body["kind"] == "Table" {
         let columns = serde_json::from_value(body["columnDefinitions"].take()).ok();
         let items = match body["rows"].take() {
             Value::Array(rows) => rows.into_iter().map(row_item).collect(),
             _ => Vec::new(),
         };
-        return Page {
-            resource_version,
-            continue_token,
-            columns,
-            items,
-        };
+        return Page { resource_version, continue_token, columns, items };
     }
     let items = match body["items"].take() {
-        Value::Array(objects) => objects
-            .into_iter()
-            .map(|o| object_item(o, resolved))
-            .collect(),
+        Value::Array(objects) => objects.into_iter().map(|o| object_item(o, resolved)).collect(),
         _ => Vec::new(),
     };
-    Page {
-        resource_version,
-        continue_token,
-        columns: None,
-        items,
-    }
+    Page { resource_version, continue_token, columns: None, items }
 }
 
 /// A Table row; its `object` is the row's PartialObjectMetadata.
@@ -204,11 +165,7 @@ fn metadata_item(meta: &Value) -> Item {
     let text = |key: &str| meta[key].as_str().unwrap_or_default().to_owned();
     let labels = meta["labels"]
         .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                .collect()
-        })
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
         .unwrap_or_default();
     Item {
         uid: text("uid"),

@@ -32,9 +32,7 @@ impl Gvr {
             [version, resource] => ("", version, resource),
             [group, version, resource] => (group, version, resource),
             [_, _, resource, sub] if !resource.is_empty() && !sub.is_empty() => {
-                return Err(bad(&format!(
-                    "subresources such as {resource}/{sub} cannot be listed or watched"
-                )));
+                return Err(bad(&format!("subresources such as {resource}/{sub} cannot be listed or watched")));
             }
             [_] => return Err(bad("too few parts")),
             _ => return Err(bad("too many parts")),
@@ -43,41 +41,26 @@ impl Gvr {
             return Err(bad("empty part"));
         }
         if !group.is_empty() && !is_dns_subdomain(group) {
-            return Err(bad(&format!(
-                "{group:?} is not a valid API group (lowercase DNS name)"
-            )));
+            return Err(bad(&format!("{group:?} is not a valid API group (lowercase DNS name)")));
         }
         if !is_dns_label(version) || !version.starts_with(|c: char| c.is_ascii_lowercase()) {
-            return Err(bad(&format!(
-                "{version:?} is not a valid API version (such as v1 or v1alpha1)"
-            )));
+            return Err(bad(&format!("{version:?} is not a valid API version (such as v1 or v1alpha1)")));
         }
         if !is_dns_label(resource) {
-            return Err(bad(&format!(
-                "{resource:?} is not a valid resource name (lowercase plural such as samples)"
-            )));
+            return Err(bad(&format!("{resource:?} is not a valid resource name (lowercase plural such as samples)")));
         }
-        Ok(Gvr {
-            group: group.into(),
-            version: version.into(),
-            resource: resource.into(),
-        })
+        Ok(Gvr { group: group.into(), version: version.into(), resource: resource.into() })
     }
 
     fn group_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
     }
 }
 
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -97,21 +80,13 @@ pub struct Resolved {
 impl Resolved {
     /// `samples.example.com`, or `configmaps` for the core group: how kubectl names a resource in messages.
     pub fn qualified_plural(&self) -> String {
-        if self.ar.group.is_empty() {
-            self.ar.plural.clone()
-        } else {
-            format!("{}.{}", self.ar.plural, self.ar.group)
-        }
+        if self.ar.group.is_empty() { self.ar.plural.clone() } else { format!("{}.{}", self.ar.plural, self.ar.group) }
     }
 
     /// `sample.example.com/NAME`, or `configmap/NAME`: kubectl's `-o name` form.
     pub fn object_name(&self, name: &str) -> String {
         let kind = self.ar.kind.to_lowercase();
-        if self.ar.group.is_empty() {
-            format!("{kind}/{name}")
-        } else {
-            format!("{kind}.{}/{name}", self.ar.group)
-        }
+        if self.ar.group.is_empty() { format!("{kind}/{name}") } else { format!("{kind}.{}/{name}", self.ar.group) }
     }
 
     pub fn supports(&self, verb: &str) -> bool {
@@ -139,10 +114,7 @@ pub async fn resolve_gvr(client: &Client, gvr: &Gvr, input: &str) -> Result<Reso
         if !pending || tokio::time::Instant::now() >= deadline {
             return Err(UnknownResource(input.to_owned()).into());
         }
-        tracing::debug!(
-            crd = crd_name,
-            "the CRD exists but discovery does not show it yet; retrying"
-        );
+        tracing::debug!(crd = crd_name, "the CRD exists but discovery does not show it yet; retrying");
         tokio::time::sleep(DISCOVERY_RETRY).await;
     }
 }
@@ -158,31 +130,23 @@ async fn find_in_group_version(client: &Client, gvr: &Gvr) -> Result<Option<Reso
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
         Err(err) => return Err(err).context(format!("cannot discover {}", gvr.group_version())),
     };
-    Ok(list
-        .resources
-        .into_iter()
-        .find(|r| r.name == gvr.resource)
-        .map(|r| Resolved {
-            ar: ApiResource {
-                group: gvr.group.clone(),
-                version: gvr.version.clone(),
-                api_version: gvr.group_version(),
-                kind: r.kind,
-                plural: r.name,
-            },
-            namespaced: r.namespaced,
-            verbs: r.verbs,
-        }))
+    Ok(list.resources.into_iter().find(|r| r.name == gvr.resource).map(|r| Resolved {
+        ar: ApiResource {
+            group: gvr.group.clone(),
+            version: gvr.version.clone(),
+            api_version: gvr.group_version(),
+            kind: r.kind,
+            plural: r.name,
+        },
+        namespaced: r.namespaced,
+        verbs: r.verbs,
+    }))
 }
 
 async fn crd_serves(client: &Client, name: &str, version: &str) -> bool {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     match crds.get_opt(name).await {
-        Ok(Some(crd)) => crd
-            .spec
-            .versions
-            .iter()
-            .any(|v| v.name == version && v.served),
+        Ok(Some(crd)) => crd.spec.versions.iter().any(|v| v.name == version && v.served),
         _ => false,
     }
 }
@@ -198,24 +162,15 @@ pub async fn resolve_name(client: &Client, input: &str) -> Result<Resolved> {
     }
     let deadline = tokio::time::Instant::now() + DISCOVERY_GRACE;
     loop {
-        let core = client
-            .list_core_api_versions_aggregated()
-            .await
-            .context("cannot discover the core API")?;
-        let groups = client
-            .list_api_groups_aggregated()
-            .await
-            .context("cannot discover API groups")?;
+        let core = client.list_core_api_versions_aggregated().await.context("cannot discover the core API")?;
+        let groups = client.list_api_groups_aggregated().await.context("cannot discover API groups")?;
         if let Some(found) = find_by_name(&[core, groups], input) {
             return Ok(found);
         }
         if !crd_names_match(client, input).await || tokio::time::Instant::now() >= deadline {
             return Err(UnknownResource(input.to_owned()).into());
         }
-        tracing::debug!(
-            name = input,
-            "a CRD has this name but discovery does not show it yet; retrying"
-        );
+        tracing::debug!(name = input, "a CRD has this name but discovery does not show it yet; retrying");
         tokio::time::sleep(DISCOVERY_RETRY).await;
     }
 }
@@ -228,11 +183,7 @@ fn readings(input: &str) -> Vec<(String, Option<String>, Option<String>)> {
     if let Some((resource, rest)) = lower.split_once('.') {
         out.push((resource.to_owned(), None, Some(rest.to_owned())));
         if let Some((version, group)) = rest.split_once('.') {
-            out.push((
-                resource.to_owned(),
-                Some(version.to_owned()),
-                Some(group.to_owned()),
-            ));
+            out.push((resource.to_owned(), Some(version.to_owned()), Some(group.to_owned())));
         }
     }
     out
@@ -240,11 +191,7 @@ fn readings(input: &str) -> Vec<(String, Option<String>, Option<String>)> {
 
 fn names_match(resource: &APIResourceDiscovery, name: &str) -> bool {
     let plural = resource.resource.as_deref().unwrap_or_default();
-    let kind = resource
-        .response_kind
-        .as_ref()
-        .and_then(|k| k.kind.as_deref())
-        .unwrap_or_default();
+    let kind = resource.response_kind.as_ref().and_then(|k| k.kind.as_deref()).unwrap_or_default();
     plural == name
         || resource.singular_resource.as_deref() == Some(name)
         || kind.to_lowercase() == name
@@ -257,11 +204,7 @@ fn names_match(resource: &APIResourceDiscovery, name: &str) -> bool {
 fn find_by_name(lists: &[APIGroupDiscoveryList], input: &str) -> Option<Resolved> {
     for (name, want_version, want_group) in readings(input) {
         for group in lists.iter().flat_map(|l| &l.items) {
-            let group_name = group
-                .metadata
-                .as_ref()
-                .and_then(|m| m.name.clone())
-                .unwrap_or_default();
+            let group_name = group.metadata.as_ref().and_then(|m| m.name.clone()).unwrap_or_default();
             if want_group.as_ref().is_some_and(|g| *g != group_name) {
                 continue;
             }
@@ -272,24 +215,14 @@ fn find_by_name(lists: &[APIGroupDiscoveryList], input: &str) -> Option<Resolved
                 }
                 if let Some(resource) = version.resources.iter().find(|r| names_match(r, &name)) {
                     let plural = resource.resource.clone().unwrap_or_default();
-                    let kind = resource
-                        .response_kind
-                        .as_ref()
-                        .and_then(|k| k.kind.clone())
-                        .unwrap_or_default();
+                    let kind = resource.response_kind.as_ref().and_then(|k| k.kind.clone()).unwrap_or_default();
                     let api_version = if group_name.is_empty() {
                         version_name.clone()
                     } else {
                         format!("{group_name}/{version_name}")
                     };
                     return Some(Resolved {
-                        ar: ApiResource {
-                            group: group_name,
-                            version: version_name,
-                            api_version,
-                            kind,
-                            plural,
-                        },
+                        ar: ApiResource { group: group_name, version: version_name, api_version, kind, plural },
                         namespaced: resource.scope.as_deref() == Some("Namespaced"),
                         verbs: resource.verbs.clone(),
                     });
@@ -322,23 +255,13 @@ mod tests {
     use super::*;
 
     fn gvr(g: &str, v: &str, r: &str) -> Gvr {
-        Gvr {
-            group: g.into(),
-            version: v.into(),
-            resource: r.into(),
-        }
+        Gvr { group: g.into(), version: v.into(), resource: r.into() }
     }
 
     #[test]
     fn parses_grouped_and_core() {
-        assert_eq!(
-            Gvr::parse("example.com/v1alpha1/samples").unwrap(),
-            gvr("example.com", "v1alpha1", "samples")
-        );
-        assert_eq!(
-            Gvr::parse("v1/configmaps").unwrap(),
-            gvr("", "v1", "configmaps")
-        );
+        assert_eq!(Gvr::parse("example.com/v1alpha1/samples").unwrap(), gvr("example.com", "v1alpha1", "samples"));
+        assert_eq!(Gvr::parse("v1/configmaps").unwrap(), gvr("", "v1", "configmaps"));
         assert_eq!(
             Gvr::parse("apiextensions.k8s.io/v1/customresourcedefinitions").unwrap(),
             gvr("apiextensions.k8s.io", "v1", "customresourcedefinitions")
@@ -354,10 +277,7 @@ mod tests {
             ("v1/", "empty part"),
             ("example.com//samples", "empty part"),
             ("a/b/c/d/e", "too many parts"),
-            (
-                "example.com/v1alpha1/samples/status",
-                "subresources such as samples/status",
-            ),
+            ("example.com/v1alpha1/samples/status", "subresources such as samples/status"),
             ("v1/config maps", "not a valid resource name"),
             (" v1/configmaps", "not a valid API version"),
             ("example.com/v1/Samples", "not a valid resource name"),
@@ -368,18 +288,10 @@ mod tests {
         for (input, why) in cases {
             let err = Gvr::parse(input).unwrap_err().to_string();
             assert!(err.contains(why), "{input:?}: {err}");
-            assert!(
-                err.contains("GROUP/VERSION/RESOURCE such as example.com/v1alpha1/samples"),
-                "{input:?}: {err}"
-            );
+            assert!(err.contains("GROUP/VERSION/RESOURCE such as example.com/v1alpha1/samples"), "{input:?}: {err}");
         }
         let long = format!("{}/v1/samples", "a".repeat(300));
-        assert!(
-            Gvr::parse(&long)
-                .unwrap_err()
-                .to_string()
-                .contains("not a valid API group")
-        );
+        assert!(Gvr::parse(&long).unwrap_err().to_string().contains("not a valid API group"));
     }
 
     fn discovery() -> Vec<APIGroupDiscoveryList> {
@@ -406,33 +318,14 @@ mod tests {
     #[test]
     fn names_resolve_like_kubectl() {
         let lists = discovery();
-        let find =
-            |name| find_by_name(&lists, name).map(|r| (r.ar.api_version, r.ar.plural, r.ar.kind));
-        let sample = Some((
-            "example.com/v1beta1".into(),
-            "samples".into(),
-            "Sample".into(),
-        ));
-        for name in [
-            "samples",
-            "sample",
-            "smp",
-            "Sample",
-            "SAMPLES",
-            "samples.example.com",
-        ] {
+        let find = |name| find_by_name(&lists, name).map(|r| (r.ar.api_version, r.ar.plural, r.ar.kind));
+        let sample = Some(("example.com/v1beta1".into(), "samples".into(), "Sample".into()));
+        for name in ["samples", "sample", "smp", "Sample", "SAMPLES", "samples.example.com"] {
             assert_eq!(find(name), sample, "{name}");
         }
-        assert_eq!(
-            find("samples.v1alpha1.example.com").unwrap().0,
-            "example.com/v1alpha1"
-        );
+        assert_eq!(find("samples.v1alpha1.example.com").unwrap().0, "example.com/v1alpha1");
         assert_eq!(find("cm").unwrap().1, "configmaps");
-        assert_eq!(
-            find("events").unwrap().0,
-            "v1",
-            "the core group wins, as in kubectl"
-        );
+        assert_eq!(find("events").unwrap().0, "v1", "the core group wins, as in kubectl");
         assert_eq!(find("events.events.k8s.io").unwrap().0, "events.k8s.io/v1");
         assert_eq!(find("samples.other.com"), None);
         assert_eq!(find("nothing"), None);

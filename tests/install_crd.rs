@@ -32,9 +32,7 @@ fn established() -> String {
 }
 
 fn short_names() -> String {
-    kubectl(&["get", "crd", CRD, "-o=jsonpath={.spec.names.shortNames}"])
-        .success()
-        .stdout
+    kubectl(&["get", "crd", CRD, "-o=jsonpath={.spec.names.shortNames}"]).success().stdout
 }
 
 /// One test for the whole life of the CRD: the steps depend on each other's cluster state, and the CRD is
@@ -49,24 +47,14 @@ fn install_crd_reports_created_unchanged_and_configured() {
     let squatter = dir.path().join("squatter.yaml");
     std::fs::write(&squatter, SQUATTER).unwrap();
     kubectl(&["apply", "-f", squatter.to_str().unwrap()]).success();
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/squatters.example.com",
-    ])
-    .success();
+    kubectl(&["wait", "--for=condition=Established", "crd/squatters.example.com"]).success();
     let clash = samplectl(&["install-crd", "--timeout", "20s"]);
     assert_eq!(clash.code, 1, "{clash:#?}");
     assert!(
-        clash.stderr.starts_with(&format!(
-            "error: {LINE} was applied but its names were not accepted: "
-        )),
+        clash.stderr.starts_with(&format!("error: {LINE} was applied but its names were not accepted: ")),
         "{clash:#?}"
     );
-    assert!(
-        clash.stderr.contains("smp"),
-        "the message names the clashing short name: {clash:#?}"
-    );
+    assert!(clash.stderr.contains("smp"), "the message names the clashing short name: {clash:#?}");
     kubectl(&["delete", "crd", CRD, "squatters.example.com", "--wait=true"]).success();
 
     let dry = samplectl(&["install-crd", "--dry-run"]).success();
@@ -76,36 +64,17 @@ fn install_crd_reports_created_unchanged_and_configured() {
 
     let first = samplectl(&["install-crd"]).success();
     assert_eq!(first.stdout, format!("{LINE} created\n"));
-    assert_eq!(
-        first.stderr, "",
-        "nothing but data on stdout and no noise on stderr"
-    );
-    assert_eq!(
-        established(),
-        "True",
-        "install-crd returns only once the CRD is Established"
-    );
+    assert_eq!(first.stderr, "", "nothing but data on stdout and no noise on stderr");
+    assert_eq!(established(), "True", "install-crd returns only once the CRD is Established");
 
     let second = samplectl(&["install-crd"]).success();
     assert_eq!(second.stdout, format!("{LINE} unchanged\n"));
 
     // Someone edits a field samplectl owns: the next install takes it back.
-    kubectl(&[
-        "patch",
-        "crd",
-        CRD,
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"names":{"shortNames":["zzz"]}}}"#,
-    ])
-    .success();
+    kubectl(&["patch", "crd", CRD, "--type=merge", "-p", r#"{"spec":{"names":{"shortNames":["zzz"]}}}"#]).success();
     let dry = samplectl(&["install-crd", "--dry-run"]).success();
     assert_eq!(dry.stdout, format!("{LINE} configured (server dry run)\n"));
-    assert_eq!(
-        short_names(),
-        r#"["zzz"]"#,
-        "a dry run must not change the CRD"
-    );
+    assert_eq!(short_names(), r#"["zzz"]"#, "a dry run must not change the CRD");
     let third = samplectl(&["install-crd"]).success();
     assert_eq!(third.stdout, format!("{LINE} configured\n"));
     assert_eq!(short_names(), r#"["smp"]"#);
@@ -114,34 +83,15 @@ fn install_crd_reports_created_unchanged_and_configured() {
     kubectl(&["label", "crd", CRD, "example.com/edited-by=test"]).success();
     let fourth = samplectl(&["install-crd"]).success();
     assert_eq!(fourth.stdout, format!("{LINE} unchanged\n"));
-    let label = kubectl(&[
-        "get",
-        "crd",
-        CRD,
-        r"-o=jsonpath={.metadata.labels.example\.com/edited-by}",
-    ])
-    .success();
+    let label = kubectl(&["get", "crd", CRD, r"-o=jsonpath={.metadata.labels.example\.com/edited-by}"]).success();
     assert_eq!(label.stdout, "test");
 
     // The original example object still applies, and kubectl shows it through the printer columns.
     let ns = Namespace::new("install-crd");
-    kubectl(&[
-        "apply",
-        "-n",
-        &ns.0,
-        "-f",
-        "manifests/samples/sample-resource-1.yaml",
-    ])
-    .success();
+    kubectl(&["apply", "-n", &ns.0, "-f", "manifests/samples/sample-resource-1.yaml"]).success();
     let table = kubectl(&["get", "samples", "-n", &ns.0]).success().stdout;
     let mut lines = table.lines();
-    let header: Vec<_> = lines
-        .next()
-        .unwrap()
-        .split("  ")
-        .filter(|c| !c.is_empty())
-        .map(str::trim)
-        .collect();
+    let header: Vec<_> = lines.next().unwrap().split("  ").filter(|c| !c.is_empty()).map(str::trim).collect();
     assert_eq!(header, ["NAME", "TEST STRING", "READY", "AGE"]);
     let row = lines.next().unwrap();
     assert!(row.starts_with("sample-resource-1"), "{table}");
@@ -150,16 +100,9 @@ fn install_crd_reports_created_unchanged_and_configured() {
 
 #[test]
 fn print_writes_the_manifest_without_a_cluster() {
-    let run = samplectl_bare(&[
-        "--kubeconfig",
-        "/nonexistent/kubeconfig",
-        "install-crd",
-        "--print",
-    ])
-    .success();
+    let run = samplectl_bare(&["--kubeconfig", "/nonexistent/kubeconfig", "install-crd", "--print"]).success();
     assert_eq!(run.stdout, CRD_FILE);
-    let crd: CustomResourceDefinition =
-        serde_yaml::from_str(&run.stdout).expect("--print output is a CRD");
+    let crd: CustomResourceDefinition = serde_yaml::from_str(&run.stdout).expect("--print output is a CRD");
     assert_eq!(crd.metadata.name.as_deref(), Some(CRD));
 }
 
@@ -169,11 +112,7 @@ fn unreachable_server_is_a_clear_error() {
     let path = kubeconfig_variant(dir.path(), "unreachable", |text| {
         let start = text.find("server: ").unwrap();
         let end = start + text[start..].find('\n').unwrap();
-        format!(
-            "{}server: https://127.0.0.1:1{}",
-            &text[..start],
-            &text[end..]
-        )
+        format!("{}server: https://127.0.0.1:1{}", &text[..start], &text[end..])
     });
     let run = samplectl_bare(&["--kubeconfig", path.to_str().unwrap(), "install-crd"]);
     assert_eq!(run.code, 1, "{run:#?}");
@@ -191,51 +130,30 @@ fn bad_kubeconfigs_are_clear_errors() {
     std::fs::write(&invalid, "clusters: [\n").unwrap();
     let run = samplectl_bare(&["--kubeconfig", invalid.to_str().unwrap(), "install-crd"]);
     assert_eq!(run.code, 1, "{run:#?}");
-    assert!(
-        run.stderr
-            .starts_with(&format!("error: kubeconfig {:?} is not valid: ", invalid)),
-        "{run:#?}"
-    );
+    assert!(run.stderr.starts_with(&format!("error: kubeconfig {:?} is not valid: ", invalid)), "{run:#?}");
 
     let missing = dir.path().join("missing");
     let run = samplectl_bare(&["--kubeconfig", missing.to_str().unwrap(), "install-crd"]);
     assert_eq!(run.code, 1, "{run:#?}");
-    assert!(
-        run.stderr
-            .starts_with(&format!("error: cannot read kubeconfig {missing:?}: ")),
-        "{run:#?}"
-    );
+    assert!(run.stderr.starts_with(&format!("error: cannot read kubeconfig {missing:?}: ")), "{run:#?}");
 
     let run = samplectl(&["--context", "no-such-context", "install-crd"]);
     assert_eq!(run.code, 1, "{run:#?}");
-    assert_eq!(
-        run.stderr,
-        "error: context \"no-such-context\" does not exist in the kubeconfig\n"
-    );
+    assert_eq!(run.stderr, "error: context \"no-such-context\" does not exist in the kubeconfig\n");
 
     let run = samplectl_bare(&["install-crd"]);
     assert_eq!(run.code, 1, "{run:#?}");
-    assert!(
-        run.stderr
-            .starts_with("error: no Kubernetes configuration found"),
-        "{run:#?}"
-    );
+    assert!(run.stderr.starts_with("error: no Kubernetes configuration found"), "{run:#?}");
 }
 
 #[test]
 fn an_untrusted_server_certificate_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     // The server's own certificate is not a CA, so nothing the server presents chains to it.
-    let path = kubeconfig_variant(dir.path(), "wrong-ca", |text| {
-        text.replace("pki/ca.crt", "pki/apiserver.crt")
-    });
+    let path = kubeconfig_variant(dir.path(), "wrong-ca", |text| text.replace("pki/ca.crt", "pki/apiserver.crt"));
     let run = samplectl_bare(&["--kubeconfig", path.to_str().unwrap(), "install-crd"]);
     assert_eq!(run.code, 1, "{run:#?}");
-    assert!(
-        run.stderr
-            .starts_with("error: unable to connect to the server 127.0.0.1:"),
-        "{run:#?}"
-    );
+    assert!(run.stderr.starts_with("error: unable to connect to the server 127.0.0.1:"), "{run:#?}");
 }
 
 #[test]

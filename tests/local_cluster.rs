@@ -7,14 +7,11 @@ use std::process::Command;
 use support::{Namespace, Run, cluster, kubectl};
 
 fn local_cluster(args: &[&str], envs: &[(&str, &str)]) -> Run {
-    let out = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scripts/local-cluster"
-    ))
-    .args(args)
-    .envs(envs.iter().copied())
-    .output()
-    .expect("run scripts/local-cluster");
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/local-cluster"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run scripts/local-cluster");
     Run::from(out)
 }
 
@@ -29,50 +26,17 @@ fn up_is_idempotent_and_restart_keeps_port_and_data() {
     assert_eq!(env.stdout, format!("export KUBECONFIG={kubeconfig}\n"));
     let status = local_cluster(&["status"], &[]).success();
     for component in ["etcd", "kube-apiserver", "kube-controller-manager"] {
-        assert!(
-            status
-                .stdout
-                .lines()
-                .any(|l| l.starts_with(component) && l.contains("running")),
-            "{status:#?}"
-        );
+        assert!(status.stdout.lines().any(|l| l.starts_with(component) && l.contains("running")), "{status:#?}");
     }
-    let server = |text: &str| {
-        text.lines()
-            .find(|l| l.contains("server: "))
-            .map(str::to_owned)
-    };
+    let server = |text: &str| text.lines().find(|l| l.contains("server: ")).map(str::to_owned);
     let server_before = server(&std::fs::read_to_string(&kubeconfig).unwrap());
 
     let ns = Namespace::new("local-cluster");
-    kubectl(&[
-        "create",
-        "configmap",
-        "survivor",
-        "-n",
-        &ns.0,
-        "--from-literal=k=v",
-    ])
-    .success();
+    kubectl(&["create", "configmap", "survivor", "-n", &ns.0, "--from-literal=k=v"]).success();
     let restart = local_cluster(&["restart", "apiserver"], &[]).success();
-    assert!(
-        restart.stderr.contains("kube-apiserver restarted"),
-        "{restart:#?}"
-    );
-    assert_eq!(
-        server(&std::fs::read_to_string(&kubeconfig).unwrap()),
-        server_before,
-        "same port"
-    );
-    let data = kubectl(&[
-        "get",
-        "configmap",
-        "survivor",
-        "-n",
-        &ns.0,
-        "-o=jsonpath={.data.k}",
-    ])
-    .success();
+    assert!(restart.stderr.contains("kube-apiserver restarted"), "{restart:#?}");
+    assert_eq!(server(&std::fs::read_to_string(&kubeconfig).unwrap()), server_before, "same port");
+    let data = kubectl(&["get", "configmap", "survivor", "-n", &ns.0, "-o=jsonpath={.data.k}"]).success();
     assert_eq!(data.stdout, "v", "same data");
 }
 
@@ -82,27 +46,15 @@ fn a_failed_start_shows_the_log_and_stops_what_it_started() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("broken");
     let state = state.to_str().unwrap();
-    let envs = [
-        ("SAMPLECTL_CLUSTER_DIR", state),
-        ("SAMPLECTL_APISERVER_ARGS", "--no-such-flag"),
-    ];
+    let envs = [("SAMPLECTL_CLUSTER_DIR", state), ("SAMPLECTL_APISERVER_ARGS", "--no-such-flag")];
     let run = local_cluster(&["up", "--no-build"], &envs);
     assert_eq!(run.code, 1, "{run:#?}");
-    assert!(
-        run.stderr.contains("kube-apiserver exited during start-up"),
-        "{run:#?}"
-    );
-    assert!(
-        run.stderr.contains("unknown flag: --no-such-flag"),
-        "the log tail is shown: {run:#?}"
-    );
+    assert!(run.stderr.contains("kube-apiserver exited during start-up"), "{run:#?}");
+    assert!(run.stderr.contains("unknown flag: --no-such-flag"), "the log tail is shown: {run:#?}");
     // etcd had started; it must not be left behind.
     let status = local_cluster(&["status"], &[("SAMPLECTL_CLUSTER_DIR", state)]);
     assert_eq!(status.code, 1, "{status:#?}");
-    assert!(
-        status.stdout.contains("etcd                      stopped"),
-        "{status:#?}"
-    );
+    assert!(status.stdout.contains("etcd                      stopped"), "{status:#?}");
     local_cluster(&["down"], &[("SAMPLECTL_CLUSTER_DIR", state)]).success();
     assert!(!std::path::Path::new(state).exists());
 }

@@ -39,18 +39,13 @@ impl Outcome {
 /// The embedded CRD as the apply body. Kept as JSON rather than the typed struct so that exactly what the
 /// file says is sent, nothing dropped or defaulted on the way.
 pub fn embedded_crd() -> Result<(String, Value)> {
-    let body: Value =
-        serde_yaml::from_str(CRD_YAML).context("the embedded CRD is not valid YAML")?;
-    let name = body["metadata"]["name"]
-        .as_str()
-        .context("the embedded CRD has no metadata.name")?
-        .to_owned();
+    let body: Value = serde_yaml::from_str(CRD_YAML).context("the embedded CRD is not valid YAML")?;
+    let name = body["metadata"]["name"].as_str().context("the embedded CRD has no metadata.name")?.to_owned();
     Ok((name, body))
 }
 
 pub fn print(out: &mut impl Write) -> Result<()> {
-    out.write_all(CRD_YAML.as_bytes())
-        .context("cannot write to stdout")?;
+    out.write_all(CRD_YAML.as_bytes()).context("cannot write to stdout")?;
     out.flush().context("cannot write to stdout")
 }
 
@@ -58,10 +53,7 @@ pub async fn run(conn: &Connection, args: &InstallCrdArgs, out: &mut impl Write)
     let (name, body) = embedded_crd()?;
     let crds: Api<CustomResourceDefinition> = Api::all(conn.client.clone());
 
-    let before = crds
-        .get_opt(&name)
-        .await
-        .with_context(|| format!("cannot read {DISPLAY_KIND}/{name}"))?;
+    let before = crds.get_opt(&name).await.with_context(|| format!("cannot read {DISPLAY_KIND}/{name}"))?;
     // Forced: the CRD is samplectl's, so fields someone else changed by hand are taken back, as
     // `kubectl apply --server-side --force-conflicts` would.
     let mut params = PatchParams::apply(FIELD_MANAGER).force();
@@ -75,22 +67,14 @@ pub async fn run(conn: &Connection, args: &InstallCrdArgs, out: &mut impl Write)
     if !args.dry_run && !args.timeout.is_zero() {
         wait_established(crds, &name, args.timeout).await?;
     }
-    let suffix = if args.dry_run {
-        " (server dry run)"
-    } else {
-        ""
-    };
-    writeln!(out, "{DISPLAY_KIND}/{name} {}{suffix}", outcome.word())
-        .context("cannot write to stdout")?;
+    let suffix = if args.dry_run { " (server dry run)" } else { "" };
+    writeln!(out, "{DISPLAY_KIND}/{name} {}{suffix}", outcome.word()).context("cannot write to stdout")?;
     Ok(())
 }
 
 /// Compares the object before and after the apply, ignoring bookkeeping the server changes on its own.
 /// Works for dry runs too, where the server returns what it would have stored.
-fn outcome(
-    before: Option<&CustomResourceDefinition>,
-    after: &CustomResourceDefinition,
-) -> Result<Outcome> {
+fn outcome(before: Option<&CustomResourceDefinition>, after: &CustomResourceDefinition) -> Result<Outcome> {
     let Some(before) = before else {
         return Ok(Outcome::Created);
     };
@@ -103,23 +87,13 @@ fn outcome(
         }
         Ok(value)
     };
-    Ok(if comparable(before)? == comparable(after)? {
-        Outcome::Unchanged
-    } else {
-        Outcome::Configured
-    })
+    Ok(if comparable(before)? == comparable(after)? { Outcome::Unchanged } else { Outcome::Configured })
 }
 
-async fn wait_established(
-    crds: Api<CustomResourceDefinition>,
-    name: &str,
-    timeout: Duration,
-) -> Result<()> {
+async fn wait_established(crds: Api<CustomResourceDefinition>, name: &str, timeout: Duration) -> Result<()> {
     // Also stop on NamesAccepted=False: such a CRD never becomes Established, and its message says why.
     let settled = |crd: Option<&CustomResourceDefinition>| {
-        crd.is_some_and(|crd| {
-            condition(crd, "Established") == Some("True") || names_rejected(crd).is_some()
-        })
+        crd.is_some_and(|crd| condition(crd, "Established") == Some("True") || names_rejected(crd).is_some())
     };
     let crd = match tokio::time::timeout(timeout, await_condition(crds, name, settled)).await {
         Err(_) => bail!(
@@ -137,17 +111,12 @@ async fn wait_established(
 
 fn condition<'a>(crd: &'a CustomResourceDefinition, type_: &str) -> Option<&'a str> {
     let conditions = crd.status.as_ref()?.conditions.as_ref()?;
-    conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.as_str())
+    conditions.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
 }
 
 fn names_rejected(crd: &CustomResourceDefinition) -> Option<String> {
     let conditions = crd.status.as_ref()?.conditions.as_ref()?;
-    let rejected = conditions
-        .iter()
-        .find(|c| c.type_ == "NamesAccepted" && c.status == "False")?;
+    let rejected = conditions.iter().find(|c| c.type_ == "NamesAccepted" && c.status == "False")?;
     Some(rejected.message.clone().unwrap_or_default())
 }
 
@@ -170,36 +139,16 @@ mod tests {
         let crd: CustomResourceDefinition = serde_json::from_value(body).unwrap();
         assert_eq!(crd.spec.group, "example.com");
         assert_eq!(crd.spec.names.kind, "Sample");
-        assert_eq!(
-            crd.spec.names.short_names.as_deref(),
-            Some(&["smp".to_owned()][..])
-        );
+        assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["smp".to_owned()][..]));
         let version = &crd.spec.versions[0];
         assert_eq!(version.name, "v1alpha1");
         assert!(version.subresources.as_ref().unwrap().status.is_some());
-        let columns: Vec<_> = version
-            .additional_printer_columns
-            .iter()
-            .flatten()
-            .map(|c| c.name.as_str())
-            .collect();
+        let columns: Vec<_> = version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
         assert_eq!(columns, ["Test String", "Ready", "Age"]);
-        let schema = version
-            .schema
-            .as_ref()
-            .unwrap()
-            .open_api_v3_schema
-            .as_ref()
-            .unwrap();
-        let conditions = &schema.properties.as_ref().unwrap()["status"]
-            .properties
-            .as_ref()
-            .unwrap()["conditions"];
+        let schema = version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+        let conditions = &schema.properties.as_ref().unwrap()["status"].properties.as_ref().unwrap()["conditions"];
         assert_eq!(conditions.x_kubernetes_list_type.as_deref(), Some("map"));
-        assert_eq!(
-            conditions.x_kubernetes_list_map_keys.as_deref(),
-            Some(&["type".to_owned()][..])
-        );
+        assert_eq!(conditions.x_kubernetes_list_map_keys.as_deref(), Some(&["type".to_owned()][..]));
     }
 
     fn crd(resource_version: &str, short_name: &str) -> CustomResourceDefinition {
@@ -212,19 +161,10 @@ mod tests {
     #[test]
     fn outcome_tells_the_three_cases_apart() {
         assert_eq!(outcome(None, &crd("1", "smp")).unwrap(), Outcome::Created);
-        assert_eq!(
-            outcome(Some(&crd("1", "smp")), &crd("1", "smp")).unwrap(),
-            Outcome::Unchanged
-        );
+        assert_eq!(outcome(Some(&crd("1", "smp")), &crd("1", "smp")).unwrap(), Outcome::Unchanged);
         // A write that changed only bookkeeping (say, managed fields) is not a change the user made.
-        assert_eq!(
-            outcome(Some(&crd("1", "smp")), &crd("2", "smp")).unwrap(),
-            Outcome::Unchanged
-        );
-        assert_eq!(
-            outcome(Some(&crd("1", "other")), &crd("2", "smp")).unwrap(),
-            Outcome::Configured
-        );
+        assert_eq!(outcome(Some(&crd("1", "smp")), &crd("2", "smp")).unwrap(), Outcome::Unchanged);
+        assert_eq!(outcome(Some(&crd("1", "other")), &crd("2", "smp")).unwrap(), Outcome::Configured);
     }
 
     #[test]

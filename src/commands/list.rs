@@ -6,23 +6,15 @@ use anyhow::Result;
 
 use crate::cli::ListArgs;
 use crate::client::Connection;
-use crate::commands::select::{Printing, Selection, list_params, select};
+use crate::commands::select::{Printing, list_params, select};
 use crate::fetch::{get_one, list_page};
-use crate::output::objects::{ListWriter, write_object};
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 
-pub async fn run(
-    conn: &Connection,
-    namespace: Option<&str>,
-    args: &ListArgs,
-    out: &mut impl Write,
-) -> Result<()> {
-    let Selection {
-        target,
-        name,
-        printing,
-    } = select(conn, namespace, &args.select).await?;
+pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, out: &mut impl Write) -> Result<()> {
     let args = &args.select;
+    let selection = select(conn, namespace, args).await?;
+    let target = &selection.target;
+    let shape = selection.printing.shape();
     let options = |wide| LayoutOptions {
         wide,
         namespace: target.namespace.is_none() && target.resolved.namespaced,
@@ -30,31 +22,29 @@ pub async fn run(
         event: false,
     };
 
-    if let Some(name) = name {
-        let page = get_one(&conn.client, &target, &name, printing.shape()).await?;
-        let Some(item) = page.items.first() else {
-            return Ok(());
-        };
-        match printing {
+    if let Some(name) = &selection.name {
+        let page = get_one(&conn.client, target, name, shape).await?;
+        let Some(item) = page.items.first() else { return Ok(()) };
+        match selection.printing {
             Printing::Table { wide } => {
                 let layout = Layout::new(page.columns.as_deref(), options(wide));
                 let header = (!args.no_headers).then(|| layout.headers().to_vec());
                 TableWriter::new(out, header).write_rows(&[layout.row(item, None)])?;
             }
-            Printing::Objects(format) => write_object(out, format, &target.resolved, item)?,
+            Printing::Objects(format) => selection.object_printer(format, args).object(out, item)?,
         }
         return Ok(());
     }
 
     let mut lp = list_params(args);
     let mut pages = 0;
-    let mut count = 0;
-    match printing {
+    match selection.printing {
         Printing::Table { wide } => {
             let mut table = TableWriter::new(out, None);
             let mut layout = None;
+            let mut count = 0;
             loop {
-                let page = list_page(&conn.client, &target, &lp, printing.shape()).await?;
+                let page = list_page(&conn.client, target, &lp, shape).await?;
                 pages += 1;
                 count += page.items.len();
                 tracing::debug!(page = pages, items = page.items.len(), "listed a page");
@@ -67,11 +57,7 @@ pub async fn run(
                         }
                         layout
                     });
-                    let rows: Vec<_> = page
-                        .items
-                        .iter()
-                        .map(|item| layout.row(item, None))
-                        .collect();
+                    let rows: Vec<_> = page.items.iter().map(|item| layout.row(item, None)).collect();
                     table.write_rows(&rows)?;
                 }
                 match page.continue_token {
@@ -84,9 +70,9 @@ pub async fn run(
             }
         }
         Printing::Objects(format) => {
-            let mut writer = ListWriter::new(out, format, target.resolved.clone());
+            let mut writer = selection.object_printer(format, args).list(out);
             let resource_version = loop {
-                let page = list_page(&conn.client, &target, &lp, printing.shape()).await?;
+                let page = list_page(&conn.client, target, &lp, shape).await?;
                 pages += 1;
                 tracing::debug!(page = pages, items = page.items.len(), "listed a page");
                 for item in &page.items {

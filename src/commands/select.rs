@@ -8,7 +8,7 @@ use crate::cli::{OutputFormat, SelectArgs};
 use crate::client::Connection;
 use crate::error::UsageError;
 use crate::fetch::{Shape, Target};
-use crate::output::objects::ObjectFormat;
+use crate::output::objects::{ObjectFormat, ObjectPrinter};
 use crate::resource::{Gvr, resolve_gvr, resolve_name};
 
 /// How the selected objects are printed.
@@ -33,6 +33,12 @@ pub struct Selection {
     pub printing: Printing,
 }
 
+impl Selection {
+    pub fn object_printer(&self, format: ObjectFormat, args: &SelectArgs) -> ObjectPrinter {
+        ObjectPrinter { format, resolved: self.target.resolved.clone(), show_managed_fields: args.show_managed_fields }
+    }
+}
+
 pub fn printing(args: &SelectArgs) -> Result<Printing, UsageError> {
     let printing = match args.output {
         None => Printing::Table { wide: false },
@@ -43,18 +49,12 @@ pub fn printing(args: &SelectArgs) -> Result<Printing, UsageError> {
     };
     if args.show_labels && matches!(printing, Printing::Objects(_)) {
         let format = format!("{:?}", args.output.unwrap()).to_lowercase();
-        return Err(UsageError(format!(
-            "--show-labels option cannot be used with {format} printer"
-        )));
+        return Err(UsageError(format!("--show-labels option cannot be used with {format} printer")));
     }
     Ok(printing)
 }
 
-pub async fn select(
-    conn: &Connection,
-    namespace: Option<&str>,
-    args: &SelectArgs,
-) -> Result<Selection> {
+pub async fn select(conn: &Connection, namespace: Option<&str>, args: &SelectArgs) -> Result<Selection> {
     let printing = printing(args)?;
     let (resolved, name) = match (&args.gvr, args.names.as_slice()) {
         (Some(gvr), [_, extra, ..]) => {
@@ -63,14 +63,8 @@ pub async fn select(
             ))
             .into());
         }
-        (Some(gvr), names) => (
-            resolve_gvr(&conn.client, &Gvr::parse(gvr)?, gvr).await?,
-            names.first().cloned(),
-        ),
-        (None, [resource, rest @ ..]) => (
-            resolve_name(&conn.client, resource).await?,
-            rest.first().cloned(),
-        ),
+        (Some(gvr), names) => (resolve_gvr(&conn.client, &Gvr::parse(gvr)?, gvr).await?, names.first().cloned()),
+        (None, [resource, rest @ ..]) => (resolve_name(&conn.client, resource).await?, rest.first().cloned()),
         (None, []) => {
             return Err(UsageError(
                 "name a resource: --gvr GROUP/VERSION/RESOURCE (e.g. --gvr example.com/v1alpha1/samples) or a \
@@ -81,23 +75,13 @@ pub async fn select(
         }
     };
     if args.all_namespaces && name.is_some() {
-        return Err(UsageError(
-            "a resource cannot be retrieved by name across all namespaces".to_owned(),
-        )
-        .into());
+        return Err(UsageError("a resource cannot be retrieved by name across all namespaces".to_owned()).into());
     }
     let namespace = match (resolved.namespaced, args.all_namespaces) {
         (false, _) | (true, true) => None,
         (true, false) => Some(namespace.unwrap_or(&conn.default_namespace).to_owned()),
     };
-    Ok(Selection {
-        target: Target {
-            resolved,
-            namespace,
-        },
-        name,
-        printing,
-    })
+    Ok(Selection { target: Target { resolved, namespace }, name, printing })
 }
 
 pub fn list_params(args: &SelectArgs) -> ListParams {

@@ -21,7 +21,7 @@ use crate::cli::WatchArgs;
 use crate::client::Connection;
 use crate::commands::select::{Printing, Selection, list_params, select};
 use crate::fetch::{Column, Item, Shape, Target, list_page, object_item, row_item, watch_lines};
-use crate::output::objects::{ObjectFormat, write_event};
+use crate::output::objects::ObjectPrinter;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 
 /// The server ends a watch after this long; a stream silent for longer than that (plus slack) is dead,
@@ -57,27 +57,19 @@ pub enum Event {
 }
 
 pub fn parse_event(line: &str, shape: Shape, target: &Target) -> Result<Event> {
-    let mut event: Value =
-        serde_json::from_str(line).context("the server sent a watch event that is not JSON")?;
+    let mut event: Value = serde_json::from_str(line).context("the server sent a watch event that is not JSON")?;
     let object = event["object"].take();
     let change = match event["type"].as_str() {
         Some("ADDED") => Change::Added,
         Some("MODIFIED") => Change::Modified,
         Some("DELETED") => Change::Deleted,
         Some("BOOKMARK") => {
-            let rv = object["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap_or_default();
+            let rv = object["metadata"]["resourceVersion"].as_str().unwrap_or_default();
             return Ok(Event::Bookmark(rv.to_owned()));
         }
         Some("ERROR") if object["code"] == 410 => return Ok(Event::Gone),
         Some("ERROR") => {
-            return Ok(Event::Failed(
-                object["message"]
-                    .as_str()
-                    .unwrap_or("unknown error")
-                    .to_owned(),
-            ));
+            return Ok(Event::Failed(object["message"].as_str().unwrap_or("unknown error").to_owned()));
         }
         other => bail!("the server sent a watch event of unknown type {other:?}"),
     };
@@ -108,12 +100,8 @@ pub fn diff(known: &HashMap<String, Item>, listed: &[Item]) -> Vec<(Change, Item
             Some(_) => {}
         }
     }
-    let listed_uids: std::collections::HashSet<&str> =
-        listed.iter().map(|i| i.uid.as_str()).collect();
-    let mut gone: Vec<&Item> = known
-        .values()
-        .filter(|i| !listed_uids.contains(i.uid.as_str()))
-        .collect();
+    let listed_uids: std::collections::HashSet<&str> = listed.iter().map(|i| i.uid.as_str()).collect();
+    let mut gone: Vec<&Item> = known.values().filter(|i| !listed_uids.contains(i.uid.as_str())).collect();
     gone.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     changes.extend(gone.into_iter().map(|i| (Change::Deleted, i.clone())));
     changes
@@ -124,7 +112,6 @@ struct Printer<W: Write> {
     sink: Sink<W>,
     no_headers: bool,
     options: LayoutOptions,
-    target: Target,
     printed: u64,
     max_events: Option<u64>,
 }
@@ -136,7 +123,7 @@ enum Sink<W: Write> {
         wide: bool,
     },
     Table(Layout, TableWriter<W>),
-    Objects(W, ObjectFormat),
+    Objects(W, ObjectPrinter),
     Closed,
 }
 
@@ -146,13 +133,7 @@ impl<W: Write> Printer<W> {
             return;
         }
         if let Sink::TablePending { out, wide } = std::mem::replace(&mut self.sink, Sink::Closed) {
-            let layout = Layout::new(
-                columns,
-                LayoutOptions {
-                    wide,
-                    ..self.options
-                },
-            );
+            let layout = Layout::new(columns, LayoutOptions { wide, ..self.options });
             let header = (!self.no_headers).then(|| layout.headers().to_vec());
             let mut table = TableWriter::new(out, header);
             // The EVENT column is as wide as its widest word from the start, so rows do not shift.
@@ -164,12 +145,8 @@ impl<W: Write> Printer<W> {
     /// Prints one event; false once `--max-events` is reached.
     fn print(&mut self, change: Change, item: &Item) -> Result<bool> {
         match &mut self.sink {
-            Sink::Table(layout, table) => {
-                table.write_rows(&[layout.row(item, Some(change.word()))])?
-            }
-            Sink::Objects(out, format) => {
-                write_event(out, *format, &self.target.resolved, change.word(), item)?
-            }
+            Sink::Table(layout, table) => table.write_rows(&[layout.row(item, Some(change.word()))])?,
+            Sink::Objects(out, printer) => printer.event(out, change.word(), item)?,
             Sink::TablePending { .. } | Sink::Closed => {
                 bail!("internal error: watch output is not set up")
             }
@@ -250,10 +227,7 @@ impl<W: Write> Watch<'_, W> {
 
     async fn pause(&mut self, why: &dyn std::fmt::Display) {
         let delay = self.backoff.next().unwrap_or(Duration::from_secs(30));
-        tracing::warn!(
-            "watch interrupted ({why}); retrying in {:.1}s",
-            delay.as_secs_f64()
-        );
+        tracing::warn!("watch interrupted ({why}); retrying in {:.1}s", delay.as_secs_f64());
         tokio::time::sleep(delay).await;
     }
 
@@ -269,23 +243,13 @@ impl<W: Write> Watch<'_, W> {
         if duplicate {
             return Ok(Flow::Continue);
         }
-        Ok(if self.printer.print(change, &item)? {
-            Flow::Continue
-        } else {
-            Flow::Done
-        })
+        Ok(if self.printer.print(change, &item)? { Flow::Continue } else { Flow::Done })
     }
 
     async fn run(&mut self) -> Result<()> {
         loop {
-            let opened = watch_lines(
-                &self.conn.client,
-                &self.target,
-                &self.wp,
-                &self.resource_version,
-                self.shape,
-            )
-            .await;
+            let opened =
+                watch_lines(&self.conn.client, &self.target, &self.wp, &self.resource_version, self.shape).await;
             let lines = match opened {
                 Ok(lines) => lines,
                 Err(kube::Error::Api(status)) if status.code == 410 => {
@@ -352,25 +316,20 @@ impl<W: Write> Watch<'_, W> {
 /// Failures that pass: the server is away, restarting or overloaded. Anything else (forbidden, not
 /// found, bad request) would fail again the same way and is reported.
 fn retryable(err: &anyhow::Error) -> bool {
-    err.chain()
-        .any(|cause| match cause.downcast_ref::<kube::Error>() {
-            Some(kube::Error::Api(status)) => status.code >= 500 || status.code == 429,
-            Some(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
-            _ => cause.downcast_ref::<std::io::Error>().is_some(),
-        })
+    err.chain().any(|cause| match cause.downcast_ref::<kube::Error>() {
+        Some(kube::Error::Api(status)) => status.code >= 500 || status.code == 429,
+        Some(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
+        _ => cause.downcast_ref::<std::io::Error>().is_some(),
+    })
 }
 
-pub async fn run(
-    conn: &Connection,
-    namespace: Option<&str>,
-    args: &WatchArgs,
-    out: impl Write,
-) -> Result<()> {
-    let Selection {
-        target,
-        name,
-        printing,
-    } = select(conn, namespace, &args.select).await?;
+pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, out: impl Write) -> Result<()> {
+    let selection = select(conn, namespace, &args.select).await?;
+    let sink = match selection.printing {
+        Printing::Table { wide } => Sink::TablePending { out, wide },
+        Printing::Objects(format) => Sink::Objects(out, selection.object_printer(format, &args.select)),
+    };
+    let Selection { target, name, printing } = selection;
     let mut lp = list_params(&args.select);
     if let Some(name) = &name {
         // One object is watched as kubectl does it: a field selector on its name.
@@ -393,18 +352,8 @@ pub async fn run(
         labels: args.select.show_labels,
         event: true,
     };
-    let sink = match printing {
-        Printing::Table { wide } => Sink::TablePending { out, wide },
-        Printing::Objects(format) => Sink::Objects(out, format),
-    };
-    let printer = Printer {
-        sink,
-        no_headers: args.select.no_headers,
-        options,
-        target: target.clone(),
-        printed: 0,
-        max_events: args.max_events,
-    };
+    let printer =
+        Printer { sink, no_headers: args.select.no_headers, options, printed: 0, max_events: args.max_events };
     let mut watch = Watch {
         conn,
         shape: printing.shape(),
@@ -476,46 +425,25 @@ mod tests {
     }
 
     fn summary(changes: &[(Change, Item)]) -> Vec<(&'static str, String)> {
-        changes
-            .iter()
-            .map(|(c, i)| (c.word(), i.name.clone()))
-            .collect()
+        changes.iter().map(|(c, i)| (c.word(), i.name.clone())).collect()
     }
 
     #[test]
     fn relist_prints_only_real_differences() {
-        let before = known(&[
-            item("1", "same", "10"),
-            item("2", "edited", "11"),
-            item("3", "gone", "12"),
-        ]);
-        let listed = [
-            item("1", "same", "10"),
-            item("2", "edited", "15"),
-            item("4", "new", "16"),
-        ];
+        let before = known(&[item("1", "same", "10"), item("2", "edited", "11"), item("3", "gone", "12")]);
+        let listed = [item("1", "same", "10"), item("2", "edited", "15"), item("4", "new", "16")];
         assert_eq!(
             summary(&diff(&before, &listed)),
-            [
-                ("MODIFIED", "edited".to_owned()),
-                ("ADDED", "new".to_owned()),
-                ("DELETED", "gone".to_owned())
-            ]
+            [("MODIFIED", "edited".to_owned()), ("ADDED", "new".to_owned()), ("DELETED", "gone".to_owned())]
         );
-        assert!(
-            diff(&known(&listed), &listed).is_empty(),
-            "nothing changed, nothing printed"
-        );
+        assert!(diff(&known(&listed), &listed).is_empty(), "nothing changed, nothing printed");
     }
 
     #[test]
     fn a_recreated_object_is_a_delete_and_an_add() {
         let before = known(&[item("1", "cm", "10")]);
         let listed = [item("9", "cm", "20")];
-        assert_eq!(
-            summary(&diff(&before, &listed)),
-            [("ADDED", "cm".to_owned()), ("DELETED", "cm".to_owned())]
-        );
+        assert_eq!(summary(&diff(&before, &listed)), [("ADDED", "cm".to_owned()), ("DELETED", "cm".to_owned())]);
     }
 
     fn target() -> Target {
@@ -526,14 +454,7 @@ mod tests {
             kind: "ConfigMap".into(),
             plural: "configmaps".into(),
         };
-        Target {
-            resolved: Resolved {
-                ar,
-                namespaced: true,
-                verbs: vec![],
-            },
-            namespace: Some("ns".into()),
-        }
+        Target { resolved: Resolved { ar, namespaced: true, verbs: vec![] }, namespace: Some("ns".into()) }
     }
 
     #[test]
@@ -542,10 +463,7 @@ mod tests {
         let added = r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"5"}}}"#;
         match parse_event(added, Shape::Objects, &t).unwrap() {
             Event::Change(Change::Added, item) => {
-                assert_eq!(
-                    (item.name.as_str(), item.resource_version.as_str()),
-                    ("a", "5")
-                );
+                assert_eq!((item.name.as_str(), item.resource_version.as_str()), ("a", "5"));
                 assert_eq!(item.object.unwrap()["kind"], "ConfigMap");
             }
             other => panic!("{other:?}"),
@@ -557,16 +475,10 @@ mod tests {
             Event::Change(Change::Modified, item) => assert_eq!(item.cells.unwrap().len(), 2),
             other => panic!("{other:?}"),
         }
-        let bookmark =
-            r#"{"type":"BOOKMARK","object":{"kind":"Table","metadata":{"resourceVersion":"77"}}}"#;
-        assert!(
-            matches!(parse_event(bookmark, Shape::Table, &t).unwrap(), Event::Bookmark(rv) if rv == "77")
-        );
+        let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"Table","metadata":{"resourceVersion":"77"}}}"#;
+        assert!(matches!(parse_event(bookmark, Shape::Table, &t).unwrap(), Event::Bookmark(rv) if rv == "77"));
         let gone = r#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}}"#;
-        assert!(matches!(
-            parse_event(gone, Shape::Objects, &t).unwrap(),
-            Event::Gone
-        ));
+        assert!(matches!(parse_event(gone, Shape::Objects, &t).unwrap(), Event::Gone));
         assert!(parse_event("not json", Shape::Objects, &t).is_err());
     }
 }

@@ -44,14 +44,8 @@ mod tests {
 
     #[test]
     fn only_the_prefix_is_painted() {
-        assert_eq!(
-            paint_error("error: boom", true),
-            "\x1b[1;31merror:\x1b[0m boom"
-        );
+        assert_eq!(paint_error("error: boom", true), "\x1b[1;31merror:\x1b[0m boom");
         assert_eq!(paint_error("error: boom", false), "error: boom");
-        assert_eq!(
-            paint_error("Error from server (NotFound): x", true),
-            "Error from server (NotFound): x"
-        );
+        assert_eq!(paint_error("Error from server (NotFound): x", true), "Error from server (NotFound): x");
     }
 }

@@ -1,6 +1,7 @@
 //! Whole objects as kubectl prints them: `-o json` and `-o yaml` (a `List` when listing, written item by
 //! item so a long list is never held in memory), `-o name`, and watch events in each form.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
 
 use serde::Serialize;
@@ -20,8 +21,7 @@ pub enum ObjectFormat {
 /// kubectl indents JSON by four spaces.
 pub fn json_pretty(value: &Value) -> io::Result<String> {
     let mut buf = Vec::new();
-    let mut ser =
-        serde_json::Serializer::with_formatter(&mut buf, PrettyFormatter::with_indent(b"    "));
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, PrettyFormatter::with_indent(b"    "));
     value.serialize(&mut ser).map_err(io::Error::other)?;
     String::from_utf8(buf).map_err(io::Error::other)
 }
@@ -40,45 +40,81 @@ fn indent(text: &str, first: &str, rest: &str) -> String {
     out
 }
 
+/// How whole objects are printed.
+#[derive(Debug, Clone)]
+pub struct ObjectPrinter {
+    pub format: ObjectFormat,
+    pub resolved: Resolved,
+    /// kubectl leaves `metadata.managedFields` out unless asked (`--show-managed-fields`).
+    pub show_managed_fields: bool,
+}
+
+impl ObjectPrinter {
+    fn printable<'a>(&self, item: &'a Item) -> Cow<'a, Value> {
+        let object = item.object.as_ref().unwrap_or(&Value::Null);
+        if self.show_managed_fields || object["metadata"].get("managedFields").is_none() {
+            return Cow::Borrowed(object);
+        }
+        let mut object = object.clone();
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            meta.remove("managedFields");
+        }
+        Cow::Owned(object)
+    }
+
+    /// One object on its own (`list NAME -o json`).
+    pub fn object(&self, out: &mut impl Write, item: &Item) -> io::Result<()> {
+        match self.format {
+            ObjectFormat::Name => writeln!(out, "{}", self.resolved.object_name(&item.name))?,
+            ObjectFormat::Json => writeln!(out, "{}", json_pretty(&self.printable(item))?)?,
+            ObjectFormat::Yaml => write!(out, "{}", yaml(&self.printable(item))?)?,
+        }
+        out.flush()
+    }
+
+    /// One watch event: a JSON line `{"type": ..., "object": ...}`, a YAML document, or `EVENT kind/name`.
+    pub fn event(&self, out: &mut impl Write, event: &str, item: &Item) -> io::Result<()> {
+        match self.format {
+            ObjectFormat::Name => writeln!(out, "{event} {}", self.resolved.object_name(&item.name))?,
+            ObjectFormat::Json => {
+                let object = serde_json::to_string(&self.printable(item)).map_err(io::Error::other)?;
+                writeln!(out, "{{\"type\":{},\"object\":{object}}}", serde_json::to_string(event)?)?
+            }
+            ObjectFormat::Yaml => {
+                let doc = serde_json::json!({ "type": event, "object": self.printable(item) });
+                write!(out, "---\n{}", yaml(&doc)?)?
+            }
+        }
+        out.flush()
+    }
+
+    pub fn list<W: Write>(&self, out: W) -> ListWriter<W> {
+        ListWriter { out, printer: self.clone(), count: 0 }
+    }
+}
+
 /// Streams a list: the opening, then each item as it arrives, then the closing with the list's
 /// resourceVersion.
 pub struct ListWriter<W: Write> {
     out: W,
-    format: ObjectFormat,
-    resolved: Resolved,
+    printer: ObjectPrinter,
     count: usize,
 }
 
 impl<W: Write> ListWriter<W> {
-    pub fn new(out: W, format: ObjectFormat, resolved: Resolved) -> Self {
-        ListWriter {
-            out,
-            format,
-            resolved,
-            count: 0,
-        }
-    }
-
     pub fn item(&mut self, item: &Item) -> io::Result<()> {
-        let object = item.object.as_ref().unwrap_or(&Value::Null);
-        match self.format {
-            ObjectFormat::Name => writeln!(self.out, "{}", self.resolved.object_name(&item.name))?,
+        let object = self.printer.printable(item);
+        match self.printer.format {
+            ObjectFormat::Name => writeln!(self.out, "{}", self.printer.resolved.object_name(&item.name))?,
             ObjectFormat::Json => {
-                let opening = if self.count == 0 {
-                    "{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n"
-                } else {
-                    ",\n"
-                };
-                let body = indent(&json_pretty(object)?, "        ", "        ");
+                let opening =
+                    if self.count == 0 { "{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n" } else { ",\n" };
+                let body = indent(&json_pretty(&object)?, "        ", "        ");
                 write!(self.out, "{opening}{}", body.trim_end_matches('\n'))?;
             }
             ObjectFormat::Yaml => {
-                let opening = if self.count == 0 {
-                    "apiVersion: v1\nitems:\n"
-                } else {
-                    ""
-                };
-                write!(self.out, "{opening}{}", indent(&yaml(object)?, "- ", "  "))?;
+                let opening = if self.count == 0 { "apiVersion: v1\nitems:\n" } else { "" };
+                write!(self.out, "{opening}{}", indent(&yaml(&object)?, "- ", "  "))?;
             }
         }
         self.count += 1;
@@ -88,7 +124,7 @@ impl<W: Write> ListWriter<W> {
     /// Closes the list and hands back the writer.
     pub fn finish(mut self, resource_version: &str) -> io::Result<W> {
         let rv = serde_json::to_string(resource_version).map_err(io::Error::other)?;
-        match (self.format, self.count) {
+        match (self.printer.format, self.count) {
             (ObjectFormat::Name, _) => {}
             (ObjectFormat::Json, 0) => write!(
                 self.out,
@@ -98,60 +134,14 @@ impl<W: Write> ListWriter<W> {
                 self.out,
                 "\n    ],\n    \"kind\": \"List\",\n    \"metadata\": {{\n        \"resourceVersion\": {rv}\n    }}\n}}\n"
             )?,
-            (ObjectFormat::Yaml, 0) => write!(
-                self.out,
-                "apiVersion: v1\nitems: []\nkind: List\nmetadata:\n  resourceVersion: {rv}\n"
-            )?,
-            (ObjectFormat::Yaml, _) => {
-                write!(self.out, "kind: List\nmetadata:\n  resourceVersion: {rv}\n")?
+            (ObjectFormat::Yaml, 0) => {
+                write!(self.out, "apiVersion: v1\nitems: []\nkind: List\nmetadata:\n  resourceVersion: {rv}\n")?
             }
+            (ObjectFormat::Yaml, _) => write!(self.out, "kind: List\nmetadata:\n  resourceVersion: {rv}\n")?,
         }
         self.out.flush()?;
         Ok(self.out)
     }
-}
-
-/// One object on its own (`list NAME -o json`).
-pub fn write_object(
-    out: &mut impl Write,
-    format: ObjectFormat,
-    resolved: &Resolved,
-    item: &Item,
-) -> io::Result<()> {
-    let object = item.object.as_ref().unwrap_or(&Value::Null);
-    match format {
-        ObjectFormat::Name => writeln!(out, "{}", resolved.object_name(&item.name))?,
-        ObjectFormat::Json => writeln!(out, "{}", json_pretty(object)?)?,
-        ObjectFormat::Yaml => write!(out, "{}", yaml(object)?)?,
-    }
-    out.flush()
-}
-
-/// One watch event: a JSON line `{"type": ..., "object": ...}`, a YAML document, or `EVENT kind/name`.
-pub fn write_event(
-    out: &mut impl Write,
-    format: ObjectFormat,
-    resolved: &Resolved,
-    event: &str,
-    item: &Item,
-) -> io::Result<()> {
-    let object = item.object.as_ref().unwrap_or(&Value::Null);
-    match format {
-        ObjectFormat::Name => writeln!(out, "{event} {}", resolved.object_name(&item.name))?,
-        ObjectFormat::Json => {
-            let object = serde_json::to_string(object).map_err(io::Error::other)?;
-            writeln!(
-                out,
-                "{{\"type\":{},\"object\":{object}}}",
-                serde_json::to_string(event)?
-            )?
-        }
-        ObjectFormat::Yaml => {
-            let doc = serde_json::json!({ "type": event, "object": object });
-            write!(out, "---\n{}", yaml(&doc)?)?
-        }
-    }
-    out.flush()
 }
 
 #[cfg(test)]
@@ -177,16 +167,17 @@ mod tests {
     fn items() -> Vec<Item> {
         let objects = [
             serde_json::json!({"metadata": {"name": "a", "namespace": "ns"}, "data": {"k": "line1\nline2\n"}}),
-            serde_json::json!({"metadata": {"name": "b", "namespace": "ns"}}),
+            serde_json::json!({"metadata": {"name": "b", "namespace": "ns", "managedFields": [{"manager": "x"}]}}),
         ];
-        objects
-            .into_iter()
-            .map(|o| object_item(o, &configmaps()))
-            .collect()
+        objects.into_iter().map(|o| object_item(o, &configmaps())).collect()
+    }
+
+    fn printer(format: ObjectFormat) -> ObjectPrinter {
+        ObjectPrinter { format, resolved: configmaps(), show_managed_fields: false }
     }
 
     fn list(format: ObjectFormat, items: &[Item]) -> String {
-        let mut writer = ListWriter::new(Vec::new(), format, configmaps());
+        let mut writer = printer(format).list(Vec::new());
         for item in items {
             writer.item(item).unwrap();
         }
@@ -202,14 +193,10 @@ mod tests {
                 "apiVersion": "v1",
                 "kind": "List",
                 "metadata": {"resourceVersion": "42"},
-                "items": items()[..n].iter().map(|i| i.object.clone().unwrap()).collect::<Vec<_>>(),
+                "items": items()[..n].iter().map(|i| printer(ObjectFormat::Json).printable(i).into_owned()).collect::<Vec<_>>(),
             });
             assert_eq!(parsed, expected);
-            assert_eq!(
-                text,
-                json_pretty(&expected).unwrap() + "\n",
-                "formatted as a whole would be"
-            );
+            assert_eq!(text, json_pretty(&expected).unwrap() + "\n", "formatted as a whole would be");
         }
     }
 
@@ -220,12 +207,8 @@ mod tests {
             let parsed: Value = serde_yaml::from_str(&text).unwrap();
             assert_eq!(parsed["kind"], "List");
             assert_eq!(parsed["metadata"]["resourceVersion"], "42");
-            let names: Vec<_> = parsed["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|i| i["metadata"]["name"].clone())
-                .collect();
+            let names: Vec<_> =
+                parsed["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].clone()).collect();
             assert_eq!(names.len(), n);
             if n > 0 {
                 assert_eq!(parsed["items"][0]["data"]["k"], "line1\nline2\n");
@@ -235,39 +218,28 @@ mod tests {
     }
 
     #[test]
-    fn names_and_events() {
-        assert_eq!(
-            list(ObjectFormat::Name, &items()),
-            "configmap/a\nconfigmap/b\n"
-        );
+    fn managed_fields_only_on_request() {
+        let item = &items()[1];
         let mut out = Vec::new();
-        write_event(
-            &mut out,
-            ObjectFormat::Json,
-            &configmaps(),
-            "ADDED",
-            &items()[1],
-        )
-        .unwrap();
+        printer(ObjectFormat::Json).object(&mut out, item).unwrap();
+        assert!(!String::from_utf8(out).unwrap().contains("managedFields"));
+        let mut out = Vec::new();
+        ObjectPrinter { show_managed_fields: true, ..printer(ObjectFormat::Json) }.object(&mut out, item).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("managedFields"));
+    }
+
+    #[test]
+    fn names_and_events() {
+        assert_eq!(list(ObjectFormat::Name, &items()), "configmap/a\nconfigmap/b\n");
+        let mut out = Vec::new();
+        printer(ObjectFormat::Json).event(&mut out, "ADDED", &items()[1]).unwrap();
         let line = String::from_utf8(out).unwrap();
-        assert!(
-            line.starts_with("{\"type\":\"ADDED\",\"object\":{"),
-            "{line}"
-        );
+        assert!(line.starts_with("{\"type\":\"ADDED\",\"object\":{"), "{line}");
         let event: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(event["object"]["metadata"]["name"], "b");
         let mut out = Vec::new();
-        write_event(
-            &mut out,
-            ObjectFormat::Yaml,
-            &configmaps(),
-            "DELETED",
-            &items()[0],
-        )
-        .unwrap();
-        let doc: Value =
-            serde_yaml::from_str(String::from_utf8(out).unwrap().trim_start_matches("---\n"))
-                .unwrap();
+        printer(ObjectFormat::Yaml).event(&mut out, "DELETED", &items()[0]).unwrap();
+        let doc: Value = serde_yaml::from_str(String::from_utf8(out).unwrap().trim_start_matches("---\n")).unwrap();
         assert_eq!(doc["type"], "DELETED");
     }
 }

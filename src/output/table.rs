@@ -40,13 +40,9 @@ impl Layout {
         let (cells, names) = match columns {
             Some(columns) => {
                 // Priority 0 columns are the standard view; the others only appear with -o wide.
-                let picked: Vec<usize> = (0..columns.len())
-                    .filter(|&i| opts.wide || columns[i].priority == 0)
-                    .collect();
-                let names = picked
-                    .iter()
-                    .map(|&i| columns[i].name.to_uppercase())
-                    .collect();
+                let picked: Vec<usize> =
+                    (0..columns.len()).filter(|&i| opts.wide || columns[i].priority == 0).collect();
+                let names = picked.iter().map(|&i| columns[i].name.to_uppercase()).collect();
                 (Some(picked), names)
             }
             None => (None, vec!["NAME".to_owned(), "AGE".to_owned()]),
@@ -62,13 +58,7 @@ impl Layout {
         if opts.labels {
             headers.push("LABELS".to_owned());
         }
-        Layout {
-            cells,
-            headers,
-            namespace: opts.namespace,
-            labels: opts.labels,
-            event: opts.event,
-        }
+        Layout { cells, headers, namespace: opts.namespace, labels: opts.labels, event: opts.event }
     }
 
     pub fn headers(&self) -> &[String] {
@@ -86,20 +76,11 @@ impl Layout {
         match &self.cells {
             Some(picked) => {
                 let cells = item.cells.as_deref().unwrap_or_default();
-                row.extend(
-                    picked
-                        .iter()
-                        .map(|&i| cells.get(i).map(cell_text).unwrap_or_default()),
-                );
+                row.extend(picked.iter().map(|&i| cells.get(i).map(cell_text).unwrap_or_default()));
             }
             None => {
                 row.push(item.name.clone());
-                row.push(
-                    item.creation_timestamp
-                        .as_deref()
-                        .map(age)
-                        .unwrap_or_else(|| "<unknown>".to_owned()),
-                );
+                row.push(item.creation_timestamp.as_deref().map(age).unwrap_or_else(|| "<unknown>".to_owned()));
             }
         }
         if self.labels {
@@ -126,11 +107,7 @@ fn label_text(labels: &BTreeMap<String, String>) -> String {
     if labels.is_empty() {
         return "<none>".to_owned();
     }
-    labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
 /// Age of an RFC 3339 timestamp in kubectl's short form (`45s`, `3m12s`, `5h`, `12d`).
@@ -203,11 +180,7 @@ pub struct TableWriter<W: Write> {
 impl<W: Write> TableWriter<W> {
     /// `header: None` prints no header (`--no-headers`).
     pub fn new(out: W, header: Option<Vec<String>>) -> Self {
-        TableWriter {
-            out,
-            header,
-            widths: Vec::new(),
-        }
+        TableWriter { out, header, widths: Vec::new() }
     }
 
     /// The header to print before the next rows (and only then).
@@ -232,9 +205,7 @@ impl<W: Write> TableWriter<W> {
         self.widths.resize(columns.max(self.widths.len()), 0);
         for record in &records {
             for (i, cell) in record.iter().enumerate().take(columns - 1) {
-                self.widths[i] = self.widths[i]
-                    .max(get_text_width(cell) + GAP)
-                    .max(MIN_WIDTH);
+                self.widths[i] = self.widths[i].max(get_text_width(cell) + GAP).max(MIN_WIDTH);
             }
         }
 
@@ -263,15 +234,9 @@ mod tests {
     use super::*;
 
     fn render(batches: &[&[&[&str]]], header: Option<&[&str]>) -> String {
-        let mut writer = TableWriter::new(
-            Vec::new(),
-            header.map(|h| h.iter().map(|s| s.to_string()).collect()),
-        );
+        let mut writer = TableWriter::new(Vec::new(), header.map(|h| h.iter().map(|s| s.to_string()).collect()));
         for batch in batches {
-            let rows: Vec<Vec<String>> = batch
-                .iter()
-                .map(|r| r.iter().map(|s| s.to_string()).collect())
-                .collect();
+            let rows: Vec<Vec<String>> = batch.iter().map(|r| r.iter().map(|s| s.to_string()).collect()).collect();
             writer.write_rows(&rows).unwrap();
         }
         String::from_utf8(writer.into_inner()).unwrap()
@@ -292,10 +257,7 @@ mod tests {
 
     #[test]
     fn later_pages_never_narrow_a_column() {
-        let out = render(
-            &[&[&["a-long-name", "1"]], &[&["b", "2"]]],
-            Some(&["NAME", "N"]),
-        );
+        let out = render(&[&[&["a-long-name", "1"]], &[&["b", "2"]]], Some(&["NAME", "N"]));
         assert_eq!(out, "NAME          N\na-long-name   1\nb             2\n");
     }
 
@@ -308,29 +270,16 @@ mod tests {
     #[test]
     fn layout_picks_columns_and_extras() {
         let columns = vec![
-            Column {
-                name: "Name".into(),
-                priority: 0,
-            },
-            Column {
-                name: "Data".into(),
-                priority: 0,
-            },
-            Column {
-                name: "Node".into(),
-                priority: 1,
-            },
+            Column { name: "Name".into(), priority: 0 },
+            Column { name: "Data".into(), priority: 0 },
+            Column { name: "Node".into(), priority: 1 },
         ];
         let item = Item {
             uid: "u".into(),
             resource_version: "1".into(),
             namespace: Some("ns".into()),
             name: "n".into(),
-            labels: [
-                ("b".to_owned(), "2".to_owned()),
-                ("a".to_owned(), "1".to_owned()),
-            ]
-            .into(),
+            labels: [("b".to_owned(), "2".to_owned()), ("a".to_owned(), "1".to_owned())].into(),
             creation_timestamp: None,
             cells: Some(vec!["n".into(), 3.into(), Value::Null]),
             object: None,
@@ -338,21 +287,10 @@ mod tests {
         let plain = Layout::new(Some(&columns), LayoutOptions::default());
         assert_eq!(plain.headers(), ["NAME", "DATA"]);
         assert_eq!(plain.row(&item, None), ["n", "3"]);
-        let all = LayoutOptions {
-            wide: true,
-            namespace: true,
-            labels: true,
-            event: true,
-        };
+        let all = LayoutOptions { wide: true, namespace: true, labels: true, event: true };
         let wide = Layout::new(Some(&columns), all);
-        assert_eq!(
-            wide.headers(),
-            ["EVENT", "NAMESPACE", "NAME", "DATA", "NODE", "LABELS"]
-        );
-        assert_eq!(
-            wide.row(&item, Some("ADDED")),
-            ["ADDED", "ns", "n", "3", "", "a=1,b=2"]
-        );
+        assert_eq!(wide.headers(), ["EVENT", "NAMESPACE", "NAME", "DATA", "NODE", "LABELS"]);
+        assert_eq!(wide.row(&item, Some("ADDED")), ["ADDED", "ns", "n", "3", "", "a=1,b=2"]);
         let fallback = Layout::new(None, LayoutOptions::default());
         assert_eq!(fallback.headers(), ["NAME", "AGE"]);
         assert_eq!(fallback.row(&item, None), ["n", "<unknown>"]);

@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use serde_json::Value;
+
 pub struct Cluster {
     pub kubeconfig: PathBuf,
 }
@@ -118,11 +120,7 @@ pub struct Namespace(pub String);
 impl Namespace {
     pub fn new(prefix: &str) -> Self {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "{prefix}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = format!("{prefix}-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
         kubectl(&["create", "namespace", &name]).success();
         Namespace(name)
     }
@@ -140,4 +138,165 @@ pub fn kubeconfig_variant(dir: &Path, name: &str, edit: impl Fn(&str) -> String)
     let path = dir.join(name);
     std::fs::write(&path, edit(&text)).unwrap();
     path
+}
+
+/// samplectl against the local cluster, running in the background with stdout and stderr piped.
+pub fn samplectl_spawn(args: &[&str]) -> std::process::Child {
+    let kubeconfig = cluster().kubeconfig.to_str().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_samplectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("RUST_LOG")
+        .env("HOME", empty_home())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start samplectl")
+}
+
+/// A kubeconfig for a user the cluster knows only by a client certificate signed by its CA, with no
+/// RBAC bindings at all: every request but discovery is Forbidden.
+pub fn user_kubeconfig(dir: &Path, user: &str) -> PathBuf {
+    let pki = cluster().kubeconfig.parent().unwrap().join("pki");
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_owned();
+    let (key, csr, crt, ext) = (path("user.key"), path("user.csr"), path("user.crt"), path("client.ext"));
+    // The extensions make it an X.509 v3 certificate; rustls rejects the v1 certificates openssl makes without.
+    std::fs::write(
+        &ext,
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    let (ca, ca_key, serial) =
+        (pki.join("ca.crt").display().to_string(), pki.join("ca.key").display().to_string(), path("ca.srl"));
+    let subject = format!("/CN={user}");
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).output().expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(&["req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", &subject]);
+    openssl(
+        &["x509", "-req", "-in", &csr, "-CA", &ca, "-CAkey", &ca_key, "-CAcreateserial", "-CAserial", &serial]
+            .into_iter()
+            .chain(["-days", "1", "-extfile", &ext, "-out", &crt])
+            .collect::<Vec<_>>(),
+    );
+    kubeconfig_variant(dir, &format!("{user}.kubeconfig"), |text| {
+        let mut out = String::new();
+        for line in text.lines() {
+            if line.trim_start().starts_with("client-certificate:") {
+                out.push_str(&format!("    client-certificate: {crt}\n"));
+            } else if line.trim_start().starts_with("client-key:") {
+                out.push_str(&format!("    client-key: {key}\n"));
+            } else {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    })
+}
+
+/// The columns of a kubectl-style table: header cells and each row's cells, split where two or more
+/// spaces separate them (single spaces occur inside headers such as TEST STRING).
+pub fn table(text: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let split = |line: &str| -> Vec<String> {
+        line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned).collect()
+    };
+    let mut lines = text.lines();
+    let header = lines.next().map(split).unwrap_or_default();
+    (header, lines.map(split).collect())
+}
+
+/// A running `samplectl watch` whose stdout lines arrive on a channel.
+pub struct Watcher {
+    pub child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Watcher {
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = samplectl_spawn(args);
+        let stdout = child.stdout.take().unwrap();
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Watcher { child, lines }
+    }
+
+    /// The next line, or a panic with what the watcher said on stderr if none comes in time.
+    #[track_caller]
+    pub fn next_line(&mut self, within: std::time::Duration) -> String {
+        match self.lines.recv_timeout(within) {
+            Ok(line) => line,
+            Err(err) => {
+                let _ = self.child.kill();
+                let mut stderr = String::new();
+                use std::io::Read;
+                let _ = self.child.stderr.take().unwrap().read_to_string(&mut stderr);
+                panic!("no line from samplectl watch ({err}); its stderr:\n{stderr}");
+            }
+        }
+    }
+
+    /// Lines that arrive within `within`, without waiting for more.
+    pub fn lines_within(&mut self, within: std::time::Duration) -> Vec<String> {
+        let deadline = std::time::Instant::now() + within;
+        let mut lines = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(_) => break,
+            }
+        }
+        lines
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Watcher {
+    /// Ends the watcher and returns what it logged.
+    pub fn stop_and_stderr(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut stderr = String::new();
+        use std::io::Read;
+        let _ = self.child.stderr.take().unwrap().read_to_string(&mut stderr);
+        stderr
+    }
+}
+
+/// Compacts etcd at its current revision, so every older resourceVersion is gone for good.
+pub fn compact_etcd() {
+    let ports = std::fs::read_to_string(cluster().kubeconfig.parent().unwrap().join("ports")).unwrap();
+    let port = ports.lines().find_map(|l| l.strip_prefix("ETCD_PORT=")).expect("ETCD_PORT in the ports file");
+    let post = |path: &str, body: &str| -> Value {
+        let out = Command::new("curl")
+            .args(["-sS", "-X", "POST", &format!("http://127.0.0.1:{port}{path}"), "-d", body])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // etcd's JSON gateway: a range request (any key, base64) reports the current revision.
+    let revision = post("/v3/kv/range", r#"{"key":"Zm9v"}"#)["header"]["revision"].as_str().unwrap().to_owned();
+    post("/v3/kv/compaction", &format!(r#"{{"revision":"{revision}","physical":true}}"#));
 }

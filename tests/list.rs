@@ -1,0 +1,198 @@
+//! `samplectl list` side by side with the built kubectl.
+
+mod support;
+
+use serde_json::Value;
+use support::{Namespace, kubectl, samplectl, table, user_kubeconfig};
+
+fn install_crd() {
+    samplectl(&["install-crd"]).success();
+}
+
+/// Header and the NAME column (or the NAMESPACE and NAME columns) of both tools' tables.
+fn same_table(samplectl_args: &[&str], kubectl_args: &[&str]) -> (Vec<String>, Vec<Vec<String>>) {
+    let ours = samplectl(samplectl_args).success();
+    let theirs = kubectl(kubectl_args).success();
+    let (our_header, our_rows) = table(&ours.stdout);
+    let (their_header, their_rows) = table(&theirs.stdout);
+    assert_eq!(our_header, their_header, "headers\nsamplectl:\n{}\nkubectl:\n{}", ours.stdout, theirs.stdout);
+    let keys = |rows: &[Vec<String>]| -> Vec<Vec<String>> {
+        let n = if our_header.first().is_some_and(|h| h == "NAMESPACE") { 2 } else { 1 };
+        rows.iter().map(|r| r[..n].to_vec()).collect()
+    };
+    assert_eq!(keys(&our_rows), keys(&their_rows), "samplectl:\n{}\nkubectl:\n{}", ours.stdout, theirs.stdout);
+    (our_header, our_rows)
+}
+
+#[test]
+fn samples_show_their_printer_columns_like_kubectl() {
+    install_crd();
+    let ns = Namespace::new("list-samples");
+    kubectl(&["apply", "-n", &ns.0, "-f", "manifests/samples/sample-resource-1.yaml"]).success();
+    let (header, rows) = same_table(
+        &["list", "--gvr", "example.com/v1alpha1/samples", "-n", &ns.0],
+        &["get", "samples.example.com", "-n", &ns.0],
+    );
+    assert_eq!(header, ["NAME", "TEST STRING", "READY", "AGE"]);
+    assert_eq!(rows[0][..2], ["sample-resource-1", "first sample resource"]);
+    for name in ["samples", "sample", "smp", "Sample", "samples.example.com"] {
+        same_table(&["list", name, "-n", &ns.0], &["get", "samples.example.com", "-n", &ns.0]);
+    }
+    let all = same_table(&["list", "smp", "-A"], &["get", "samples.example.com", "-A"]).0;
+    assert_eq!(all[0], "NAMESPACE");
+}
+
+#[test]
+fn builtin_resources_match_kubectl() {
+    let ns = Namespace::new("list-builtin");
+    for name in ["one", "two", "three"] {
+        kubectl(&["create", "configmap", name, "-n", &ns.0, "--from-literal=k=v"]).success();
+    }
+    same_table(&["list", "--gvr", "v1/configmaps", "-n", &ns.0], &["get", "configmaps", "-n", &ns.0]);
+    same_table(&["list", "cm", "-n", &ns.0, "-o", "wide"], &["get", "configmaps", "-n", &ns.0, "-o", "wide"]);
+    same_table(&["list", "cm", "-n", &ns.0, "--show-labels"], &["get", "cm", "-n", &ns.0, "--show-labels"]);
+    same_table(&["list", "cm", "-n", &ns.0, "-l", "missing=label"], &["get", "cm", "-n", &ns.0, "-l", "missing=x"])
+        .1
+        .is_empty()
+        .then_some(())
+        .expect("nothing selected");
+    let by_field = ["--field-selector", "metadata.name=two"];
+    let (_, rows) = same_table(
+        &[&["list", "cm", "-n", &ns.0][..], &by_field].concat(),
+        &[&["get", "cm", "-n", &ns.0][..], &by_field].concat(),
+    );
+    assert_eq!(rows.len(), 1);
+
+    // Cluster-scoped: -n is ignored, as kubectl ignores it.
+    let selector = "kubernetes.io/metadata.name in (default,kube-public,kube-system)";
+    let (header, rows) = same_table(
+        &["list", "--gvr", "v1/namespaces", "-n", &ns.0, "-l", selector],
+        &["get", "namespaces", "-l", selector],
+    );
+    assert_eq!(header, ["NAME", "STATUS", "AGE"]);
+    assert_eq!(rows.len(), 3);
+    install_crd();
+    same_table(
+        &["list", "--gvr", "apiextensions.k8s.io/v1/customresourcedefinitions"],
+        &["get", "customresourcedefinitions"],
+    );
+}
+
+#[test]
+fn an_empty_list_says_so_on_stderr() {
+    let ns = Namespace::new("list-empty");
+    for name in ["deployments", "deploy", "deployments.apps", "deployments.v1.apps"] {
+        let ours = samplectl(&["list", name, "-n", &ns.0]).success();
+        let theirs = kubectl(&["get", "deployments", "-n", &ns.0]).success();
+        assert_eq!(ours.stdout, "");
+        assert_eq!(ours.stderr, format!("No resources found in {} namespace.\n", ns.0));
+        assert_eq!(ours.stderr, theirs.stderr);
+    }
+    let ours = samplectl(&["list", "--gvr", "apps/v1/deployments", "-n", &ns.0, "-o", "json"]).success();
+    let list: Value = serde_json::from_str(&ours.stdout).unwrap();
+    assert_eq!(list["items"], Value::Array(vec![]));
+}
+
+#[test]
+fn every_output_format_parses_back() {
+    let ns = Namespace::new("list-formats");
+    for name in ["alpha", "beta"] {
+        kubectl(&["create", "configmap", name, "-n", &ns.0, "--from-literal=text=line one\nline two"]).success();
+    }
+    let names = kubectl(&["get", "cm", "-n", &ns.0, "-o", "name"]).success().stdout;
+    assert_eq!(samplectl(&["list", "cm", "-n", &ns.0, "-o", "name"]).success().stdout, names);
+
+    let json: Value =
+        serde_json::from_str(&samplectl(&["list", "cm", "-n", &ns.0, "-o", "json"]).success().stdout).unwrap();
+    let yaml: Value =
+        serde_yaml::from_str(&samplectl(&["list", "cm", "-n", &ns.0, "-o", "yaml"]).success().stdout).unwrap();
+    let theirs: Value =
+        serde_json::from_str(&kubectl(&["get", "cm", "-n", &ns.0, "-o", "json"]).success().stdout).unwrap();
+    for ours in [&json, &yaml] {
+        assert_eq!(ours["kind"], "List");
+        assert_eq!(ours["items"], theirs["items"], "the same objects as kubectl, apiVersion and kind included");
+    }
+
+    // One named object prints the object itself, exactly as kubectl does.
+    let ours: Value =
+        serde_json::from_str(&samplectl(&["list", "cm", "alpha", "-n", &ns.0, "-o", "json"]).success().stdout).unwrap();
+    let theirs: Value =
+        serde_json::from_str(&kubectl(&["get", "cm", "alpha", "-n", &ns.0, "-o", "json"]).success().stdout).unwrap();
+    assert_eq!(ours, theirs);
+    let (header, rows) = table(&samplectl(&["list", "cm", "beta", "-n", &ns.0]).success().stdout);
+    assert_eq!((header.len(), rows.len()), (3, 1));
+}
+
+#[test]
+fn a_long_list_is_paged_and_complete() {
+    let ns = Namespace::new("list-paged");
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("configmaps.yaml");
+    let docs: Vec<String> = (0..1200)
+        .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i:04}\ndata:\n  i: \"{i}\"\n"))
+        .collect();
+    std::fs::write(&manifest, docs.join("---\n")).unwrap();
+    kubectl(&["create", "-n", &ns.0, "-f", manifest.to_str().unwrap(), "-o", "name"]).success();
+
+    let run = samplectl(&["-v", "list", "cm", "-n", &ns.0, "--no-headers"]).success();
+    let names: Vec<&str> = run.stdout.lines().map(|l| l.split_whitespace().next().unwrap()).collect();
+    let expected: Vec<String> = (0..1200).map(|i| format!("cm-{i:04}")).collect();
+    assert_eq!(names, expected, "every ConfigMap exactly once, in order");
+    let pages = run.stderr.lines().filter(|l| l.contains("listed a page")).count();
+    assert_eq!(pages, 3, "1,200 objects at the default 500 per request:\n{}", run.stderr);
+
+    let run = samplectl(&["-v", "list", "cm", "-n", &ns.0, "-o", "name", "--chunk-size", "100"]).success();
+    assert_eq!(run.stdout.lines().count(), 1200);
+    assert_eq!(run.stderr.lines().filter(|l| l.contains("listed a page")).count(), 12);
+}
+
+#[test]
+fn user_errors_have_clear_messages_and_exit_codes() {
+    let run = samplectl(&["list", "--gvr", "example.com/v1alpha1"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    assert!(
+        run.stderr.starts_with("error: invalid --gvr \"example.com/v1alpha1\": empty part")
+            || run.stderr.contains("expected GROUP/VERSION/RESOURCE such as example.com/v1alpha1/samples"),
+        "{run:#?}"
+    );
+    let run = samplectl(&["list", "--gvr", "example.com/v1alpha1/samples/status"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    assert!(run.stderr.contains("subresources such as samples/status cannot be listed"), "{run:#?}");
+
+    let run = samplectl(&["list", "nosuchthings"]);
+    assert_eq!(
+        (run.code, run.stderr.as_str()),
+        (1, "error: the server doesn't have a resource type \"nosuchthings\"\n")
+    );
+    let run = samplectl(&["list", "--gvr", "example.com/v9/samples"]);
+    assert_eq!(
+        (run.code, run.stderr.as_str()),
+        (1, "error: the server doesn't have a resource type \"example.com/v9/samples\"\n")
+    );
+
+    let ns = Namespace::new("list-errors");
+    let run = samplectl(&["list", "cm", "missing", "-n", &ns.0]);
+    assert_eq!(
+        (run.code, run.stderr.as_str()),
+        (1, "Error from server (NotFound): configmaps \"missing\" not found\n")
+    );
+    let run = samplectl(&["list", "cm", "missing", "-A"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    let run = samplectl(&["list", "cm", "-o", "json", "--show-labels"]);
+    assert_eq!((run.code, run.stderr.as_str()), (2, "error: --show-labels option cannot be used with json printer\n"));
+    let run = samplectl(&["list"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+}
+
+#[test]
+fn a_user_without_permission_is_forbidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = user_kubeconfig(dir.path(), "list-nobody");
+    let run = support::samplectl_bare(&["--kubeconfig", config.to_str().unwrap(), "list", "cm", "-n", "default"]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert_eq!(
+        run.stderr,
+        "Error from server (Forbidden): configmaps is forbidden: User \"list-nobody\" cannot list resource \
+         \"configmaps\" in API group \"\" in the namespace \"default\"\n"
+    );
+}
