@@ -38,9 +38,19 @@ pub struct GlobalArgs {
     #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
+    /// Log lines on stderr as text or as JSON objects (for machines)
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    pub log_format: LogFormat,
+
     /// When to colour output; NO_COLOR in the environment means never for `auto`
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
     pub color: ColorChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -64,6 +74,44 @@ pub enum Command {
     #[command(after_help = "Examples:\n  samplectl watch --gvr example.com/v1alpha1/samples -A\n  \
                             samplectl watch --gvr v1/configmaps -o json --max-events 10")]
     Watch(WatchArgs),
+    /// Run the controller: give each Sample a ConfigMap and a status, polling (default) or watch-driven;
+    /// for any other --gvr, only report what changes
+    #[command(after_help = "Examples:\n  samplectl reconcile                  # poll every second, all namespaces\n  \
+                            samplectl reconcile --watch -n demo\n  samplectl reconcile --once          \
+                            # one pass; exit 1 unless every Sample is Ready\n  \
+                            samplectl reconcile --gvr v1/configmaps -n demo   # observe only")]
+    Reconcile(ReconcileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// The resource to reconcile; anything but samples.example.com is only observed
+    #[arg(long, value_name = "GVR", default_value = "example.com/v1alpha1/samples")]
+    pub gvr: String,
+
+    /// Driven by watch events instead of polling
+    #[arg(long)]
+    pub watch: bool,
+
+    /// Time between polls
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub interval: Duration,
+
+    /// Samples reconciled at the same time
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+
+    /// With --watch, reconcile every Sample again after this long even without a change
+    #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
+    pub resync: Duration,
+
+    /// One full pass, then exit: 0 if every Sample is Ready, 1 otherwise
+    #[arg(long)]
+    pub once: bool,
+
+    /// Also print the requests sent so far every minute (they are always printed on exit)
+    #[arg(long)]
+    pub stats: bool,
 }
 
 /// What to read and how to print it; shared by `list` and `watch`.

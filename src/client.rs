@@ -9,6 +9,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 use crate::cli::GlobalArgs;
 use crate::error::join_causes;
+use crate::requests::RequestCounter;
+use tower::util::MapRequestLayer;
 
 /// A client and what commands need to know about where it points.
 #[derive(Clone)]
@@ -16,6 +18,8 @@ pub struct Connection {
     pub client: kube::Client,
     /// The namespace of the kubeconfig context (or of the pod, in-cluster), else "default".
     pub default_namespace: String,
+    /// Every request this client sends, by verb and resource.
+    pub requests: RequestCounter,
 }
 
 /// The API server address of this process's connection, kept so an error far from the client (connection
@@ -32,8 +36,16 @@ impl Connection {
         let authority = config.cluster_url.authority().map(|a| a.to_string());
         let _ = SERVER.set(authority.unwrap_or_else(|| config.cluster_url.to_string()));
         let default_namespace = config.default_namespace.clone();
-        let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
-        Ok(Self { client, default_namespace })
+        let requests = RequestCounter::default();
+        let counter = requests.clone();
+        let client = kube::client::ClientBuilder::try_from(config)
+            .context("cannot build a Kubernetes client")?
+            .with_layer(&MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+                counter.record(&req);
+                req
+            }))
+            .build();
+        Ok(Self { client, default_namespace, requests })
     }
 }
 

@@ -8,4 +8,6 @@ pub mod error;
 pub mod fetch;
 pub mod logging;
 pub mod output;
+pub mod reconcile;
+pub mod requests;
 pub mod resource;

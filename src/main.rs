@@ -6,7 +6,7 @@ use clap::Parser;
 
 use samplectl::cli::{Cli, Command};
 use samplectl::client::Connection;
-use samplectl::commands::{install_crd, list, watch};
+use samplectl::commands::{install_crd, list, reconcile, watch};
 use samplectl::output::color;
 use samplectl::{error, logging};
 
@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     // clap prints help and usage errors itself and exits 0 or 2.
     let cli = Cli::parse();
     let stderr_color = color::stderr_enabled(cli.global.color);
-    logging::init(cli.global.verbose, stderr_color);
+    logging::init(cli.global.verbose, cli.global.log_format, stderr_color);
 
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -50,6 +50,10 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Watch(args) => {
             let conn = Connection::new(&cli.global).await?;
             watch::run(&conn, cli.global.namespace.as_deref(), args, &mut stdout).await
+        }
+        Command::Reconcile(args) => {
+            let conn = Connection::new(&cli.global).await?;
+            reconcile::run(&conn, cli.global.namespace.as_deref(), args).await
         }
     }
 }

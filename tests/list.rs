@@ -196,3 +196,64 @@ fn a_user_without_permission_is_forbidden() {
          \"configmaps\" in API group \"\" in the namespace \"default\"\n"
     );
 }
+
+#[test]
+fn a_bad_token_is_unauthorized() {
+    // A real service-account token with its signature broken: the server recognises its issuer, rejects it
+    // and answers 401 (a token it does not recognise at all would only make the request anonymous).
+    let ns = Namespace::new("list-token");
+    kubectl(&["create", "serviceaccount", "robot", "-n", &ns.0]).success();
+    let token = kubectl(&["create", "token", "robot", "-n", &ns.0]).success().stdout;
+    let token = token.trim();
+    let broken = format!("{}{}", &token[..token.len() - 4], if token.ends_with("AAAA") { "BBBB" } else { "AAAA" });
+    let dir = tempfile::tempdir().unwrap();
+    let config = support::kubeconfig_variant(dir.path(), "token", |text| {
+        let mut out = String::new();
+        for line in text.lines() {
+            match line {
+                "  user:" => out.push_str(&format!("  user:\n    token: {broken}\n")),
+                l if l.contains("client-certificate:") || l.contains("client-key:") => {}
+                l => out.push_str(&format!("{l}\n")),
+            }
+        }
+        out
+    });
+    let run = support::samplectl_bare(&["--kubeconfig", config.to_str().unwrap(), "list", "cm"]);
+    assert_eq!((run.code, run.stderr.as_str()), (1, "error: You must be logged in to the server (Unauthorized)\n"));
+}
+
+#[test]
+fn an_unreachable_server_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = support::kubeconfig_variant(dir.path(), "unreachable", |text| {
+        text.lines()
+            .map(|l| if l.trim_start().starts_with("server:") { "    server: https://127.0.0.1:1" } else { l })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let run = support::samplectl_bare(&["--kubeconfig", config.to_str().unwrap(), "list", "--gvr", "v1/configmaps"]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(run.stderr.starts_with("error: the connection to the server 127.0.0.1:1 was refused"), "{run:#?}");
+}
+
+#[test]
+fn a_fresh_crd_is_waited_for_not_reported_missing() {
+    let group = format!("fresh-{}.example.com", std::process::id());
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.{group}\n\
+         spec:\n  group: {group}\n  scope: Cluster\n  names: {{kind: Thing, plural: things, singular: thing}}\n  \
+         versions:\n  - name: v1\n    served: true\n    storage: true\n    \
+         schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("crd.yaml");
+    std::fs::write(&file, crd).unwrap();
+    kubectl(&["create", "-f", file.to_str().unwrap()]).success();
+    // Straight away, by --gvr and by name: discovery may lag the CRD by a moment.
+    let by_gvr = samplectl(&["list", "--gvr", &format!("{group}/v1/things")]);
+    let by_name = samplectl(&["list", &format!("things.{group}")]);
+    kubectl(&["delete", "-f", file.to_str().unwrap(), "--wait=false"]).success();
+    for run in [by_gvr, by_name] {
+        assert_eq!((run.code, run.stderr.as_str()), (0, "No resources found\n"), "{run:#?}");
+    }
+}

@@ -47,7 +47,12 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, ou
                 let page = list_page(&conn.client, target, &lp, shape).await?;
                 pages += 1;
                 count += page.items.len();
-                tracing::debug!(page = pages, items = page.items.len(), "listed a page");
+                tracing::debug!(
+                    page = pages,
+                    items = page.items.len(),
+                    "listed a page: page {pages}, {} items",
+                    page.items.len()
+                );
                 if !page.items.is_empty() {
                     // The first page with rows fixes the columns; kubectl prints no header for nothing.
                     let layout = layout.get_or_insert_with(|| {
@@ -74,7 +79,12 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, ou
             let resource_version = loop {
                 let page = list_page(&conn.client, target, &lp, shape).await?;
                 pages += 1;
-                tracing::debug!(page = pages, items = page.items.len(), "listed a page");
+                tracing::debug!(
+                    page = pages,
+                    items = page.items.len(),
+                    "listed a page: page {pages}, {} items",
+                    page.items.len()
+                );
                 for item in &page.items {
                     writer.item(item)?;
                 }

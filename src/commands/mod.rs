@@ -3,5 +3,6 @@
 
 pub mod install_crd;
 pub mod list;
+pub mod reconcile;
 pub mod select;
 pub mod watch;

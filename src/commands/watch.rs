@@ -386,7 +386,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
 }
 
 /// SIGINT or SIGTERM: stopping a watch is the normal way to end it, not a failure.
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {
