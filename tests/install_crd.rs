@@ -41,6 +41,17 @@ fn short_names() -> String {
 fn install_crd_reports_created_unchanged_and_configured() {
     kubectl(&["delete", "crd", CRD, "--ignore-not-found", "--wait=true"]).success();
 
+    // Without the CRD the controller says what is missing and how to get it.
+    let missing = samplectl(&["reconcile", "--once"]);
+    assert_eq!(missing.code, 1, "{missing:#?}");
+    assert!(
+        missing.stderr.ends_with(
+            "error: the Sample CRD (samples.example.com, v1alpha1) is not installed in this cluster; install it \
+             with `samplectl install-crd`\n"
+        ),
+        "{missing:#?}"
+    );
+
     // A CRD whose names clash with another never becomes Established: say so at once instead of waiting
     // out the timeout.
     let dir = tempfile::tempdir().unwrap();

@@ -300,3 +300,85 @@ pub fn compact_etcd() {
     let revision = post("/v3/kv/range", r#"{"key":"Zm9v"}"#)["header"]["revision"].as_str().unwrap().to_owned();
     post("/v3/kv/compaction", &format!(r#"{{"revision":"{revision}","physical":true}}"#));
 }
+
+/// kubectl's `-o json` output, parsed.
+pub fn kubectl_json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let run = kubectl(&all).success();
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, or panics after `within` with the last state.
+#[track_caller]
+pub fn eventually<T>(within: std::time::Duration, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(last) if std::time::Instant::now() >= deadline => panic!("{what}: not true after {within:?}; {last}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(200)),
+        }
+    }
+}
+
+/// A `samplectl` process running in the background (a controller), stopped when dropped. Its stderr is
+/// drained as it comes, so a chatty controller never blocks on a full pipe.
+pub struct Background {
+    pub child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = samplectl_spawn(args);
+        drop(child.stdout.take());
+        let pipe = child.stderr.take().unwrap();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut text = sink.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        Background { child, stderr, reader: Some(reader) }
+    }
+
+    /// What it has logged so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends a signal and waits up to `within` for the exit: the exit code (None if it had to be killed)
+    /// and everything it logged.
+    pub fn stop(mut self, signal: &str, within: std::time::Duration) -> (Option<i32>, String) {
+        Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
+        let deadline = std::time::Instant::now() + within;
+        let code = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status.code();
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = self.child.kill();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        (code, self.stderr())
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
