@@ -96,6 +96,25 @@ pub async fn list_page(client: &Client, target: &Target, lp: &ListParams, shape:
     Ok(parse_page(body, &target.resolved))
 }
 
+/// Every page of a list, for callers that need the whole of it (a watch's starting state): the list's
+/// resourceVersion, the Table's columns if any, and all items.
+pub async fn list_all(client: &Client, target: &Target, lp: &ListParams, shape: Shape) -> Result<Page> {
+    let mut lp = lp.clone();
+    let mut all = Page::default();
+    loop {
+        let page = list_page(client, target, &lp, shape).await?;
+        all.columns = all.columns.or(page.columns);
+        all.items.extend(page.items);
+        match page.continue_token {
+            Some(token) => lp.continue_token = Some(token),
+            None => {
+                all.resource_version = page.resource_version;
+                return Ok(all);
+            }
+        }
+    }
+}
+
 pub async fn get_one(client: &Client, target: &Target, name: &str, shape: Shape) -> Result<Page> {
     let req = Request::new(target.path()).get(name, &GetParams::default()).context("cannot build the get request")?;
     let body: Value = client.request(with_accept(req, shape)).await?;

@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::cli::WatchArgs;
 use crate::client::Connection;
 use crate::commands::select::{Printing, Selection, list_params, select};
-use crate::fetch::{Column, Item, Shape, Target, list_page, object_item, row_item, watch_lines};
+use crate::fetch::{Column, Item, Shape, Target, list_all, object_item, row_item, watch_lines};
 use crate::output::objects::ObjectPrinter;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 
@@ -175,18 +175,8 @@ enum Flow {
 
 impl<W: Write> Watch<'_, W> {
     async fn list_all(&self) -> Result<(String, Option<Vec<Column>>, Vec<Item>)> {
-        let mut lp = self.lp.clone();
-        let mut items = Vec::new();
-        let mut columns = None;
-        loop {
-            let page = list_page(&self.conn.client, &self.target, &lp, self.shape).await?;
-            columns = columns.or(page.columns);
-            items.extend(page.items);
-            match page.continue_token {
-                Some(token) => lp.continue_token = Some(token),
-                None => return Ok((page.resource_version, columns, items)),
-            }
-        }
+        let page = list_all(&self.conn.client, &self.target, &self.lp, self.shape).await?;
+        Ok((page.resource_version, page.columns, page.items))
     }
 
     async fn start(&mut self, watch_only: bool) -> Result<Flow> {

@@ -16,6 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
+use serde_json::Value;
 
 use crate::resource::Resolved;
 use sample::{ChildAction, Readiness, desired_status, plan};
@@ -47,6 +48,10 @@ pub struct Context {
     pub samples: Resolved,
     recorder: Recorder,
     failures: Mutex<HashMap<String, u32>>,
+    /// The status last written for each Sample (by uid), and the resourceVersion of the Sample it was
+    /// computed from. The watch driver can be handed that same, now stale, version again before its cache
+    /// sees the write; this keeps it from writing the same status twice.
+    written: Mutex<HashMap<String, (String, Value)>>,
 }
 
 /// Exponential per-object backoff: 1s, 2s, 4s ... capped at 5 minutes.
@@ -66,7 +71,7 @@ impl Context {
     pub fn new(client: Client, samples: Resolved) -> Self {
         let reporter = Reporter { controller: "samplectl".into(), instance: hostname() };
         let recorder = Recorder::new(client.clone(), reporter);
-        Context { client, samples, recorder, failures: Mutex::new(HashMap::new()) }
+        Context { client, samples, recorder, failures: Mutex::new(HashMap::new()), written: Mutex::new(HashMap::new()) }
     }
 
     /// Counts a failure of `sample` and says how long to wait before trying it again.
@@ -131,13 +136,21 @@ impl Context {
         }
 
         let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH).to_string();
-        if let Some(body) = desired_status(sample, &self.samples.ar, &readiness, &now) {
+        let uid = sample.metadata.uid.clone().unwrap_or_default();
+        let version = sample.metadata.resource_version.clone().unwrap_or_default();
+        let status = desired_status(sample, &self.samples.ar, &readiness, &now).filter(|body| {
+            let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+            written.get(&uid).is_none_or(|(v, status)| *v != version || *status != body["status"])
+        });
+        if let Some(body) = status {
             let samples: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &self.samples.ar);
             let params = PatchParams::apply(FIELD_MANAGER).force();
             samples
                 .patch_status(name, &params, &Patch::Apply(&body))
                 .await
                 .map_err(|e| fail("writing its status", e))?;
+            let written = (version, body["status"].clone());
+            self.written.lock().unwrap_or_else(|e| e.into_inner()).insert(uid, written);
             let status = if readiness.ready { "True" } else { "False" };
             tracing::info!(
                 namespace = ns,

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::client::Connection;
 use crate::commands::watch::{Change, diff};
-use crate::fetch::{Item, Shape, Target, list_page, object_item};
+use crate::fetch::{Item, Page, Shape, Target, list_all, object_item};
 
 fn report(target: &Target, changes: &[(Change, Item)]) {
     for (change, item) in changes {
@@ -36,19 +36,6 @@ fn report(target: &Target, changes: &[(Change, Item)]) {
     }
 }
 
-async fn list_all(conn: &Connection, target: &Target) -> anyhow::Result<Vec<Item>> {
-    let mut lp = ListParams::default().limit(500);
-    let mut items = Vec::new();
-    loop {
-        let page = list_page(&conn.client, target, &lp, Shape::Objects).await?;
-        items.extend(page.items);
-        match page.continue_token {
-            Some(token) => lp = lp.continue_token(&token),
-            None => return Ok(items),
-        }
-    }
-}
-
 pub async fn poll(
     conn: &Connection,
     target: &Target,
@@ -59,8 +46,8 @@ pub async fn poll(
     let mut known = HashMap::new();
     loop {
         let started = tokio::time::Instant::now();
-        match list_all(conn, target).await {
-            Ok(items) => {
+        match list_all(&conn.client, target, &ListParams::default().limit(500), Shape::Objects).await {
+            Ok(Page { items, .. }) => {
                 report(target, &diff(&known, &items));
                 known = items.into_iter().map(|i| (i.uid.clone(), i)).collect();
             }
