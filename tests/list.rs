@@ -144,6 +144,15 @@ fn a_long_list_is_paged_and_complete() {
     let run = samplectl(&["-v", "list", "cm", "-n", &ns.0, "-o", "name", "--chunk-size", "100"]).success();
     assert_eq!(run.stdout.lines().count(), 1200);
     assert_eq!(run.stderr.lines().filter(|l| l.contains("listed a page")).count(), 12);
+
+    // `samplectl list ... | head -1`: the reader goes away after one line; that is not an error.
+    let mut child = support::samplectl_spawn(&["list", "cm", "-n", &ns.0, "-o", "json"]);
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut first).unwrap();
+    assert_eq!(first, "{\n");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "a closed pipe ends quietly");
 }
 
 #[test]

@@ -307,6 +307,21 @@ fn observe_mode_reports_changes_and_writes_nothing() {
 }
 
 #[test]
+fn json_logs_carry_namespace_name_and_outcome() {
+    let ns = setup("rc-json");
+    apply_sample(&ns.0, "s", "x");
+    let run = samplectl(&["--log-format", "json", "reconcile", "-n", &ns.0, "--once"]).success();
+    let lines: Vec<Value> =
+        run.stderr.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let actions: Vec<(&str, &str, &str)> = lines
+        .iter()
+        .filter(|l| l["outcome"].is_string())
+        .map(|l| (l["namespace"].as_str().unwrap(), l["name"].as_str().unwrap(), l["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(actions, [(ns.0.as_str(), "s", "created"), (ns.0.as_str(), "s", "status")]);
+}
+
+#[test]
 fn reconcile_usage_errors() {
     let run = samplectl(&["reconcile", "--gvr", "nope"]);
     assert_eq!(run.code, 2, "{run:#?}");
