@@ -112,6 +112,42 @@ pub struct ReconcileArgs {
     /// Also print the requests sent so far every minute (they are always printed on exit)
     #[arg(long)]
     pub stats: bool,
+
+    /// Reconcile only while holding a coordination.k8s.io Lease, so that one of several replicas is active
+    #[arg(long)]
+    pub leader_elect: bool,
+
+    /// The Lease's name
+    #[arg(long, default_value = "samplectl-leader", value_name = "NAME")]
+    pub leader_election_id: String,
+
+    /// The Lease's namespace (default: the kubeconfig context's or the pod's namespace)
+    #[arg(long, value_name = "NS")]
+    pub leader_election_namespace: Option<String>,
+
+    /// This replica's name in the Lease (default: POD_NAME or the hostname, with the process id)
+    #[arg(long, value_name = "ID")]
+    pub leader_election_identity: Option<String>,
+
+    /// How long a Lease holds without renewal before a standby may take it
+    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_duration: Duration,
+
+    /// How long the leader keeps leading while it cannot renew the Lease (shorter than --lease-duration)
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub renew_deadline: Duration,
+
+    /// How often a candidate looks at the Lease, and the leader renews it
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub retry_period: Duration,
+
+    /// Serve /healthz and /readyz on this address (e.g. 0.0.0.0:8081); off unless given
+    #[arg(long, value_name = "ADDR")]
+    pub health_addr: Option<std::net::SocketAddr>,
+
+    /// Serve Prometheus metrics at /metrics on this address (e.g. 0.0.0.0:8080); off unless given
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// What to read and how to print it; shared by `list` and `watch`.

@@ -1,7 +1,8 @@
 //! `samplectl reconcile`: picks the driver (poll or watch) and the mode (controller for Samples, observe
-//! for anything else), wires up shutdown and the request totals.
+//! for anything else), and wires up shutdown, leader election, health, metrics and the request totals.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Result, bail};
@@ -10,6 +11,9 @@ use tokio::sync::watch;
 use crate::cli::ReconcileArgs;
 use crate::client::Connection;
 use crate::fetch::Target;
+use crate::health::{Health, serve_health, serve_metrics};
+use crate::leader::{Election, default_identity};
+use crate::metrics::Metrics;
 use crate::reconcile::poll::Poll;
 use crate::reconcile::watch::Watch;
 use crate::reconcile::{Context, observe};
@@ -25,6 +29,10 @@ pub struct CrdMissing;
 #[error("{0} of the Samples are not Ready")]
 pub struct NotAllReady(usize);
 
+#[derive(Debug, thiserror::Error)]
+#[error("lost the leader lease; stopped reconciling")]
+pub struct LeaseLost;
+
 const STATS_EVERY: Duration = Duration::from_secs(60);
 
 pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArgs) -> Result<()> {
@@ -35,6 +43,16 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         other => other?,
     };
     let namespace = namespace.filter(|_| resolved.namespaced).map(str::to_owned);
+
+    let metrics = Arc::new(Metrics::new(conn.requests.clone()));
+    let health = Arc::new(Health::default());
+    health.connected.store(true, Ordering::Relaxed);
+    if let Some(addr) = args.health_addr {
+        serve_health(addr, health.clone()).await?;
+    }
+    if let Some(addr) = args.metrics_addr {
+        serve_metrics(addr, metrics.clone()).await?;
+    }
 
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(async move {
@@ -59,22 +77,18 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
     let result = if is_samples {
         let scope = namespace.as_deref().map_or("all namespaces".to_owned(), |ns| format!("namespace {ns}"));
         tracing::info!(driver, namespace = namespace.as_deref(), "reconciling Samples in {scope} ({driver} driver)");
-        let ctx = Arc::new(Context::new(conn.client.clone(), resolved));
-        let not_ready = if args.watch {
-            let watch = Watch { ctx, namespace, concurrency: args.concurrency, resync: args.resync };
-            watch.run(args.once, stop).await?
+        let ctx = Arc::new(Context::new(conn.client.clone(), resolved, metrics.clone(), health.clone()));
+        if args.leader_elect {
+            lead_then_reconcile(conn, ctx, namespace, args, stop).await
         } else {
-            let poll = Poll { ctx, namespace, interval: args.interval, concurrency: usize::from(args.concurrency) };
-            poll.run(args.once, stop).await?.map(|pass| pass.not_ready)
-        };
-        match not_ready {
-            Some(n) if n > 0 => Err(NotAllReady(n).into()),
-            _ => Ok(()),
+            metrics.leader.set(1);
+            reconcile_samples(ctx, namespace, args, stop).await
         }
     } else {
         let target = Target { resolved, namespace };
         let resource = target.resolved.qualified_plural();
         tracing::info!(driver, resource, "observing {resource} ({driver} driver); nothing is written");
+        health.synced.store(true, Ordering::Relaxed);
         if args.watch {
             if args.once {
                 bail!("--once with --watch applies to Samples only; use --once without --watch to observe once");
@@ -85,5 +99,86 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         }
     };
     tracing::info!("requests sent: {}", conn.requests.snapshot());
+    result
+}
+
+async fn reconcile_samples(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    args: &ReconcileArgs,
+    stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let not_ready = if args.watch {
+        let watch = Watch { ctx, namespace, concurrency: args.concurrency, resync: args.resync };
+        watch.run(args.once, stop).await?
+    } else {
+        let poll = Poll { ctx, namespace, interval: args.interval, concurrency: usize::from(args.concurrency) };
+        poll.run(args.once, stop).await?.map(|pass| pass.not_ready)
+    };
+    match not_ready {
+        Some(n) if n > 0 => Err(NotAllReady(n).into()),
+        _ => Ok(()),
+    }
+}
+
+/// Waits for the lease, reconciles while holding it, and stops at once if it is lost (exit 1, as
+/// controller-runtime does, so the pod restarts as a fresh standby). On SIGTERM it finishes, then releases
+/// the lease so a standby takes over without waiting for it to expire.
+async fn lead_then_reconcile(
+    conn: &Connection,
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    args: &ReconcileArgs,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let election = Election {
+        name: args.leader_election_id.clone(),
+        namespace: args.leader_election_namespace.clone().unwrap_or_else(|| conn.default_namespace.clone()),
+        identity: args.leader_election_identity.clone().unwrap_or_else(default_identity),
+        lease_duration: args.lease_duration,
+        renew_deadline: args.renew_deadline,
+        retry_period: args.retry_period,
+    };
+    let (name, lease_namespace, identity) =
+        (election.name.clone(), election.namespace.clone(), election.identity.clone());
+    let mut candidate = election.start(conn.client.clone())?;
+    ctx.health.standby.store(true, Ordering::Relaxed);
+    tracing::info!("waiting for the lease {lease_namespace}/{name} as {identity}");
+    while !*candidate.leading.borrow_and_update() {
+        tokio::select! {
+            changed = candidate.leading.changed() => if changed.is_err() { bail!("leader election stopped") },
+            _ = stop.wait_for(|s| *s) => {
+                candidate.release().await;
+                return Ok(());
+            }
+        }
+    }
+    ctx.health.standby.store(false, Ordering::Relaxed);
+    ctx.metrics.leader.set(1);
+    tracing::info!("leading as {identity}");
+
+    let (driver_stop_tx, driver_stop) = watch::channel(false);
+    let lost = Arc::new(AtomicBool::new(false));
+    let mut leading = candidate.leading.clone();
+    let lost_flag = lost.clone();
+    let mut stop_watch = stop.clone();
+    let guard = tokio::spawn(async move {
+        tokio::select! {
+            _ = stop_watch.wait_for(|s| *s) => {}
+            _ = leading.wait_for(|l| !*l) => {
+                lost_flag.store(true, Ordering::Relaxed);
+                tracing::warn!("lost the leader lease; stopping at once");
+            }
+        }
+        let _ = driver_stop_tx.send(true);
+    });
+    let result = reconcile_samples(ctx.clone(), namespace, args, driver_stop).await;
+    guard.abort();
+    let _ = guard.await;
+    ctx.metrics.leader.set(0);
+    candidate.release().await;
+    if lost.load(Ordering::Relaxed) {
+        return Err(LeaseLost.into());
+    }
     result
 }

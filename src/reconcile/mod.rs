@@ -8,7 +8,7 @@ pub mod sample;
 pub mod watch;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -18,6 +18,8 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::Value;
 
+use crate::health::Health;
+use crate::metrics::Metrics;
 use crate::resource::Resolved;
 use sample::{ChildAction, Readiness, desired_status, plan};
 
@@ -46,6 +48,8 @@ pub struct ReconcileError {
 pub struct Context {
     pub client: Client,
     pub samples: Resolved,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
     recorder: Recorder,
     failures: Mutex<HashMap<String, u32>>,
     /// The status last written for each Sample (by uid), and the resourceVersion of the Sample it was
@@ -68,10 +72,18 @@ fn key(sample: &DynamicObject) -> String {
 }
 
 impl Context {
-    pub fn new(client: Client, samples: Resolved) -> Self {
+    pub fn new(client: Client, samples: Resolved, metrics: Arc<Metrics>, health: Arc<Health>) -> Self {
         let reporter = Reporter { controller: "samplectl".into(), instance: hostname() };
         let recorder = Recorder::new(client.clone(), reporter);
-        Context { client, samples, recorder, failures: Mutex::new(HashMap::new()), written: Mutex::new(HashMap::new()) }
+        Context {
+            client,
+            samples,
+            metrics,
+            health,
+            recorder,
+            failures: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Counts a failure of `sample` and says how long to wait before trying it again.
@@ -99,6 +111,25 @@ impl Context {
     /// already holds for it; without one, it is looked up, because a ConfigMap of that name may exist
     /// without samplectl's label and must then be left alone.
     pub async fn reconcile(&self, sample: &DynamicObject, child: Option<ConfigMap>) -> Result<Outcome, ReconcileError> {
+        let started = std::time::Instant::now();
+        self.metrics.in_flight.inc();
+        let result = self.reconcile_once(sample, child).await;
+        self.metrics.in_flight.dec();
+        let label = match &result {
+            Ok(Outcome::Ready) => "ready",
+            Ok(Outcome::NotReady) => "not_ready",
+            Ok(Outcome::Deleting) => "deleting",
+            Err(_) => "error",
+        };
+        self.metrics.reconciled(label, started.elapsed());
+        result
+    }
+
+    async fn reconcile_once(
+        &self,
+        sample: &DynamicObject,
+        child: Option<ConfigMap>,
+    ) -> Result<Outcome, ReconcileError> {
         if sample.metadata.deletion_timestamp.is_some() {
             return Ok(Outcome::Deleting);
         }

@@ -101,6 +101,7 @@ impl Poll {
             work.push((sample, child));
         }
 
+        self.ctx.metrics.backlog.set(work.len() as i64);
         // Stop taking new Samples once shutdown is asked for; those already started finish.
         let results: Vec<_> = futures::stream::iter(work)
             .take_while(|_| futures::future::ready(!*stop.borrow()))
@@ -139,7 +140,11 @@ impl Poll {
         let mut retry_at = HashMap::new();
         loop {
             let started = Instant::now();
-            match self.pass(&mut retry_at, &stop).await {
+            let pass = self.pass(&mut retry_at, &stop).await;
+            if pass.is_ok() {
+                self.ctx.health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            match pass {
                 Ok(pass) if once => return Ok(Some(pass)),
                 Ok(pass) => tracing::debug!(samples = pass.samples, not_ready = pass.not_ready, "pass done"),
                 Err(err) if once => return Err(err),

@@ -49,8 +49,11 @@ impl Watch {
         };
 
         let (done_tx, mut done_rx) = watch::channel(false);
+        // One list of the Samples up front: what --once must get through, and the point from which
+        // /readyz reports this replica synced (the Controller's own store never says so to us).
+        let listed = samples.list(&Default::default()).await?;
+        self.ctx.health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
         let once = if once {
-            let listed = samples.list(&Default::default()).await?;
             let pending: HashSet<_> = listed.items.iter().map(|s| ObjectRef::from_obj_with(s, ar.clone())).collect();
             if pending.is_empty() {
                 return Ok(Some(0));

@@ -1,0 +1,222 @@
+//! Leader election on a coordination.k8s.io Lease, with client-go's algorithm and controller-runtime's
+//! defaults (15 s lease, 10 s renew deadline, 2 s retry). Written here rather than taken from a crate:
+//! kube has no election of its own, and the one election crate built on kube 5 (kube-lease-manager) lets
+//! a standby sleep until the old lease would have expired, so a released lease waits up to a whole lease
+//! duration instead of one retry period.
+//!
+//! Every retry period a candidate reads the Lease: it renews it if it holds it, takes it (with an update
+//! guarded by resourceVersion) if it is free or has not been renewed for a lease duration as seen by this
+//! candidate's own clock, and otherwise waits. A leader that cannot renew for the renew deadline stops
+//! leading. Releasing clears the holder so a standby takes over at its next retry.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::error::UsageError;
+
+#[derive(Debug, Clone)]
+pub struct Election {
+    pub name: String,
+    pub namespace: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+/// A running election: `leading` is true while this replica holds the lease.
+pub struct Candidate {
+    pub leading: watch::Receiver<bool>,
+    release: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+pub fn default_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
+        .unwrap_or_else(|| "samplectl".to_owned());
+    format!("{host}_{}", std::process::id())
+}
+
+/// What one look at the Lease found.
+#[derive(Debug, PartialEq, Eq)]
+enum Look {
+    Holding,
+    HeldByOther(String),
+}
+
+/// The Lease record as last seen, and when this candidate saw it change: expiry is judged by our own
+/// clock from that moment, never by comparing another host's timestamps with ours.
+struct Observed {
+    record: (Option<String>, Option<MicroTime>),
+    since: Instant,
+}
+
+impl Election {
+    pub fn validate(&self) -> Result<(), UsageError> {
+        if self.renew_deadline >= self.lease_duration {
+            return Err(UsageError("--renew-deadline must be shorter than --lease-duration".into()));
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(UsageError("--retry-period must be shorter than --renew-deadline".into()));
+        }
+        Ok(())
+    }
+
+    pub fn start(self, client: Client) -> Result<Candidate> {
+        self.validate()?;
+        let (leading_tx, leading) = watch::channel(false);
+        let (release, mut release_rx) = watch::channel(false);
+        let api: Api<Lease> = Api::namespaced(client, &self.namespace);
+        let task = tokio::spawn(async move {
+            let mut observed: Option<Observed> = None;
+            let mut renewed: Option<Instant> = None;
+            loop {
+                match self.try_acquire_or_renew(&api, &mut observed).await {
+                    Ok(Look::Holding) => {
+                        renewed = Some(Instant::now());
+                        leading_tx.send_if_modified(|l| !std::mem::replace(l, true));
+                    }
+                    Ok(Look::HeldByOther(holder)) => {
+                        renewed = None;
+                        if leading_tx.send_if_modified(|l| std::mem::replace(l, false)) {
+                            tracing::warn!("the lease {}/{} is now held by {holder}", self.namespace, self.name);
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!("leader election: {err}");
+                        if renewed.is_some_and(|at| at.elapsed() > self.renew_deadline) {
+                            renewed = None;
+                            leading_tx.send_replace(false);
+                        }
+                    }
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(self.retry_period) => {}
+                    () = async { let _ = release_rx.wait_for(|r| *r).await; } => {
+                        let was_leading = leading_tx.send_replace(false);
+                        if was_leading {
+                            match self.release(&api).await {
+                                Ok(()) => tracing::info!("released the lease {}/{}", self.namespace, self.name),
+                                Err(err) => tracing::warn!("cannot release the lease (it will expire): {err}"),
+                            }
+                        }
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Candidate { leading, release, task })
+    }
+
+    fn now() -> MicroTime {
+        MicroTime(Timestamp::now())
+    }
+
+    async fn try_acquire_or_renew(&self, api: &Api<Lease>, observed: &mut Option<Observed>) -> Result<Look> {
+        let Some(mut lease) = api.get_opt(&self.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta { name: Some(self.name.clone()), ..ObjectMeta::default() },
+                spec: Some(self.spec(Some(Self::now()), 0)),
+            };
+            return match api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(Look::Holding),
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    Ok(Look::HeldByOther("another candidate".into()))
+                }
+                Err(err) => Err(err.into()),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        let record = (holder.clone(), spec.renew_time.clone());
+        if observed.as_ref().is_none_or(|o| o.record != record) {
+            *observed = Some(Observed { record, since: Instant::now() });
+        }
+        let duration =
+            spec.lease_duration_seconds.map_or(self.lease_duration, |s| Duration::from_secs(s.max(0) as u64));
+        let expired = observed.as_ref().is_some_and(|o| o.since.elapsed() > duration);
+        let transitions = spec.lease_transitions.unwrap_or(0);
+        let new_spec = match &holder {
+            Some(h) if *h == self.identity => {
+                LeaseSpec { renew_time: Some(Self::now()), ..self.spec(spec.acquire_time, transitions) }
+            }
+            Some(h) if !expired => return Ok(Look::HeldByOther(h.clone())),
+            _ => self.spec(Some(Self::now()), transitions + 1),
+        };
+        lease.spec = Some(new_spec);
+        // A replace carries the resourceVersion we read: if another candidate wrote in between, ours fails.
+        match api.replace(&self.name, &PostParams::default(), &lease).await {
+            Ok(_) => Ok(Look::Holding),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Look::HeldByOther(holder.unwrap_or_default())),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    fn spec(&self, acquire_time: Option<MicroTime>, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(self.lease_duration.as_secs().max(1) as i32),
+            acquire_time,
+            renew_time: Some(Self::now()),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+
+    /// As client-go does it: no holder and a one-second duration, so standbys take over at once.
+    async fn release(&self, api: &Api<Lease>) -> Result<()> {
+        let Some(mut lease) = api.get_opt(&self.name).await? else { return Ok(()) };
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            bail!("the lease is held by {:?}, not by us", spec.holder_identity);
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(Self::now());
+        api.replace(&self.name, &PostParams::default(), &lease).await?;
+        Ok(())
+    }
+}
+
+impl Candidate {
+    /// Gives the lease up (if held) and waits, briefly, for that to reach the API server.
+    pub async fn release(self) {
+        let _ = self.release.send(true);
+        if tokio::time::timeout(Duration::from_secs(5), self.task).await.is_err() {
+            tracing::warn!("releasing the lease took too long; it will expire on its own");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn election(lease: u64, renew: u64, retry: u64) -> Election {
+        Election {
+            name: "l".into(),
+            namespace: "n".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(retry),
+        }
+    }
+
+    #[test]
+    fn durations_must_nest() {
+        assert!(election(15, 10, 2).validate().is_ok());
+        assert!(election(10, 10, 2).validate().unwrap_err().0.contains("--renew-deadline"));
+        assert!(election(15, 10, 10).validate().unwrap_err().0.contains("--retry-period"));
+    }
+}
