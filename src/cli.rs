@@ -300,6 +300,21 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_duration_text_parses_or_is_refused(text in "\\PC{0,30}") {
+            let _ = parse_duration(&text);
+        }
+
+        /// Sums of parts with units parse to exactly their total.
+        #[test]
+        fn composed_durations_add_up(h in 0u64..100, m in 0u64..1000, s in 0u64..100_000, ms in 0u64..100_000) {
+            let text = format!("{h}h{m}m{s}s{ms}ms");
+            let want = Duration::from_secs(h * 3600 + m * 60 + s) + Duration::from_millis(ms);
+            proptest::prop_assert_eq!(parse_duration(&text), Ok(want));
+        }
+    }
+
     #[test]
     fn cli_is_well_formed() {
         use clap::CommandFactory;

@@ -258,6 +258,46 @@ mod tests {
         Gvr { group: g.into(), version: v.into(), resource: r.into() }
     }
 
+    proptest::proptest! {
+        /// Whatever a user types, parsing answers (Ok or a usage error) and never panics.
+        #[test]
+        fn any_text_parses_or_is_refused(text in "\\PC{0,80}") {
+            let _ = Gvr::parse(&text);
+        }
+
+        #[test]
+        fn slash_heavy_text_is_refused_or_well_formed(text in "[a-z0-9./ -]{0,40}") {
+            if let Ok(gvr) = Gvr::parse(&text) {
+                let rebuilt = if gvr.group.is_empty() {
+                    format!("{}/{}", gvr.version, gvr.resource)
+                } else {
+                    format!("{}/{}/{}", gvr.group, gvr.version, gvr.resource)
+                };
+                proptest::prop_assert_eq!(rebuilt, text);
+            }
+        }
+
+        /// Every well-formed GROUP/VERSION/RESOURCE comes back as its parts.
+        #[test]
+        fn well_formed_gvrs_round_trip(
+            group in "([a-z][a-z0-9]{0,8}\\.){0,3}[a-z][a-z0-9]{0,8}",
+            version in "v[1-9](alpha[1-9]|beta[1-9])?",
+            resource in "[a-z][a-z0-9]{0,20}",
+        ) {
+            let parsed = Gvr::parse(&format!("{group}/{version}/{resource}")).unwrap();
+            proptest::prop_assert_eq!(parsed, gvr(&group, &version, &resource));
+            let core = Gvr::parse(&format!("{version}/{resource}")).unwrap();
+            proptest::prop_assert_eq!(core, gvr("", &version, &resource));
+        }
+
+        /// Resource-name readings never panic, whatever the dots and case.
+        #[test]
+        fn any_name_has_readings(text in "\\PC{0,60}") {
+            let readings = readings(&text);
+            proptest::prop_assert!(!readings.is_empty());
+        }
+    }
+
     #[test]
     fn parses_grouped_and_core() {
         assert_eq!(Gvr::parse("example.com/v1alpha1/samples").unwrap(), gvr("example.com", "v1alpha1", "samples"));
