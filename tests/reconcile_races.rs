@@ -1,0 +1,95 @@
+//! Reconcile when others act at the same time: a second controller without leader election, users editing
+//! the ConfigMap underneath it, and Samples whose testString is not a string.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl};
+
+fn apply(ns: &str, doc: Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("o.json");
+    std::fs::write(&file, doc.to_string()).unwrap();
+    kubectl(&["apply", "-n", ns, "-f", file.to_str().unwrap()]).success();
+}
+
+fn sample(name: &str, value: &str) -> Value {
+    json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample", "metadata": {"name": name}, "testString": value})
+}
+
+fn all_ready(ns: &str, n: usize) -> Result<(), String> {
+    let list = kubectl_json(&["get", "samples", "-n", ns]);
+    let ready = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            s["status"]["observedGeneration"] == s["metadata"]["generation"]
+                && s["status"]["conditions"][0]["status"] == "True"
+        })
+        .count();
+    if ready == n { Ok(()) } else { Err(format!("{ready} of {n} Ready")) }
+}
+
+fn actions(log: &str) -> usize {
+    log.lines().filter(|l| l.contains(": configmap ") || l.contains(": status ")).count()
+}
+
+#[test]
+fn two_controllers_without_election_agree_and_settle() {
+    samplectl(&["install-crd"]).success();
+    let ns = Namespace::new("two-controllers");
+    let poll = Background::start(&["reconcile", "-n", &ns.0]);
+    let watch = Background::start(&["reconcile", "-n", &ns.0, "--watch"]);
+    for i in 0..20 {
+        apply(&ns.0, sample(&format!("s{i:02}"), &format!("first {i}")));
+    }
+    for i in (0..20).step_by(3) {
+        apply(&ns.0, sample(&format!("s{i:02}"), &format!("second {i}")));
+    }
+    eventually(Duration::from_secs(60), "all 20 Ready", || all_ready(&ns.0, 20));
+
+    // Exactly one ConfigMap per Sample, holding the current value.
+    let cms = kubectl_json(&["get", "configmaps", "-n", &ns.0, "-l", "app.kubernetes.io/managed-by=samplectl"]);
+    let items = cms["items"].as_array().unwrap();
+    assert_eq!(items.len(), 20);
+    for cm in items {
+        let i: usize = cm["metadata"]["name"].as_str().unwrap()[1..].parse().unwrap();
+        let want = if i % 3 == 0 { format!("second {i}") } else { format!("first {i}") };
+        assert_eq!(cm["data"]["testString"], want.as_str());
+        assert_eq!(cm["metadata"]["ownerReferences"].as_array().unwrap().len(), 1);
+    }
+    // No flapping: once converged, neither writes anything more.
+    std::thread::sleep(Duration::from_secs(2));
+    let (poll_before, watch_before) = (actions(&poll.stderr()), actions(&watch.stderr()));
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(actions(&poll.stderr()), poll_before, "the poll controller kept writing:\n{}", poll.stderr());
+    assert_eq!(actions(&watch.stderr()), watch_before, "the watch controller kept writing:\n{}", watch.stderr());
+}
+
+#[test]
+fn user_edits_to_the_configmap_are_undone_but_their_own_keys_stay() {
+    samplectl(&["install-crd"]).success();
+    let ns = Namespace::new("user-edits");
+    let _controller = Background::start(&["reconcile", "-n", &ns.0, "--watch"]);
+    apply(&ns.0, sample("s", "the value"));
+    eventually(Duration::from_secs(20), "Ready", || all_ready(&ns.0, 1));
+    // Many quick edits by hand, racing the controller: each changes samplectl's key and adds one of the
+    // user's own.
+    for i in 0..30 {
+        let patch = json!({"data": {"testString": format!("edit {i}"), format!("note-{i}"): "mine"}}).to_string();
+        kubectl(&["patch", "configmap", "s", "-n", &ns.0, "--type=merge", "-p", &patch]).success();
+    }
+    eventually(Duration::from_secs(20), "the value restored", || {
+        let cm = kubectl_json(&["get", "configmap", "s", "-n", &ns.0]);
+        if cm["data"]["testString"] == "the value" { Ok(cm) } else { Err(cm["data"].to_string()) }
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let cm = kubectl_json(&["get", "configmap", "s", "-n", &ns.0]);
+    assert_eq!(cm["data"]["testString"], "the value");
+    for i in 0..30 {
+        assert_eq!(cm["data"][format!("note-{i}")], "mine", "a key the user owns is never removed");
+    }
+}

@@ -1,0 +1,63 @@
+//! The Sample CRD installed without a schema for testString, as an older or hand-made CRD might be: a
+//! Sample whose testString is not a string is reported, never written out, and unexpected fields are
+//! ignored. A file of its own because it swaps the cluster-wide CRD for the duration of the test.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::{Namespace, kubectl, kubectl_json, samplectl};
+
+fn apply(ns: Option<&str>, doc: Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("o.json");
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let mut args = vec!["apply", "-f", file.to_str().unwrap()];
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    kubectl(&args).success();
+}
+
+#[test]
+fn a_non_string_test_string_is_reported_and_nothing_is_written_for_it() {
+    samplectl(&["install-crd"]).success();
+    let mut crd = kubectl_json(&["get", "crd", "samples.example.com"]);
+    crd["spec"]["versions"][0]["schema"] =
+        json!({"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    for key in ["status", "metadata"] {
+        crd.as_object_mut().unwrap().remove(key);
+    }
+    crd["metadata"] = json!({"name": "samples.example.com"});
+    apply(None, crd);
+
+    let ns = Namespace::new("schemaless");
+    let sample = |name: &str, value: Value| {
+        json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample", "metadata": {"name": name},
+               "testString": value, "unexpected": {"deeply": ["nested", 1]}})
+    };
+    apply(Some(&ns.0), sample("number", json!(42)));
+    apply(Some(&ns.0), sample("list", json!(["a"])));
+    apply(Some(&ns.0), sample("text", json!("fine")));
+    let run = samplectl(&["reconcile", "-n", &ns.0, "--once"]);
+    let restored = samplectl(&["install-crd"]);
+
+    assert_eq!(run.code, 1, "two Samples cannot be Ready: {run:#?}");
+    assert!(run.stderr.contains("error: 2 of the Samples are not Ready"), "{run:#?}");
+    for (name, what) in [("number", "a number"), ("list", "a list")] {
+        let s = kubectl_json(&["get", "sample", name, "-n", &ns.0]);
+        let condition = &s["status"]["conditions"][0];
+        assert_eq!(
+            (condition["status"].as_str(), condition["reason"].as_str()),
+            (Some("False"), Some("InvalidTestString"))
+        );
+        assert_eq!(condition["message"], format!("testString must be a string, not {what}").as_str());
+        let cm = kubectl(&["get", "configmap", name, "-n", &ns.0, "--ignore-not-found", "-o", "name"]).success();
+        assert_eq!(cm.stdout, "", "no ConfigMap for {name}");
+    }
+    let cm = kubectl_json(&["get", "configmap", "text", "-n", &ns.0]);
+    assert_eq!(cm["data"], json!({"testString": "fine"}), "unexpected fields are not copied anywhere");
+    assert_eq!(
+        restored.stdout, "customresourcedefinition.apiextensions.k8s.io/samples.example.com configured\n",
+        "{restored:#?}"
+    );
+}
