@@ -1,0 +1,158 @@
+//! Faults injected into the local cluster while the controller runs, both drivers side by side: the API
+//! server restarted while Samples are being created and changed, etcd restarted, the API server frozen.
+//! A file of its own, one test at a time: each fault hits the whole cluster.
+
+mod support;
+
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::json;
+use support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl};
+
+static FAULTS: Mutex<()> = Mutex::new(());
+
+fn local_cluster(args: &[&str]) {
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/local-cluster")).args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Applies a Sample, retrying while the API server is away.
+fn apply_sample(ns: &str, name: &str, value: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.json");
+    let doc = json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample", "metadata": {"name": name}, "testString": value});
+    std::fs::write(&file, doc.to_string()).unwrap();
+    eventually(Duration::from_secs(90), &format!("applying {name}"), || {
+        let run = kubectl(&["apply", "-n", ns, "-f", file.to_str().unwrap()]);
+        if run.code == 0 { Ok(()) } else { Err(run.stderr) }
+    });
+}
+
+/// Every Sample Ready for its generation, and exactly one ConfigMap each, holding `expected(name)`.
+fn converged(ns: &str, expected: impl Fn(&str) -> String, n: usize) -> Result<(), String> {
+    let samples = kubectl_json(&["get", "samples", "-n", ns]);
+    let samples = samples["items"].as_array().unwrap();
+    let ready = samples
+        .iter()
+        .filter(|s| {
+            s["status"]["observedGeneration"] == s["metadata"]["generation"]
+                && s["status"]["conditions"][0]["status"] == "True"
+        })
+        .count();
+    let cms = kubectl_json(&["get", "configmaps", "-n", ns, "-l", "app.kubernetes.io/managed-by=samplectl"]);
+    let cms = cms["items"].as_array().unwrap();
+    let right = cms
+        .iter()
+        .filter(|c| c["data"]["testString"] == expected(c["metadata"]["name"].as_str().unwrap()).as_str())
+        .count();
+    if samples.len() == n && ready == n && cms.len() == n && right == n {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} Samples, {ready} Ready, {} ConfigMaps, {right} with the current value",
+            samples.len(),
+            cms.len()
+        ))
+    }
+}
+
+fn controllers(prefix: &str) -> Vec<(Namespace, Background)> {
+    samplectl(&["install-crd"]).success();
+    ["poll", "watch"]
+        .into_iter()
+        .map(|driver| {
+            let ns = Namespace::new(&format!("{prefix}-{driver}"));
+            let mut args = vec!["reconcile", "-n", &ns.0];
+            if driver == "watch" {
+                args.push("--watch");
+            }
+            let controller = Background::start(&args);
+            (ns, controller)
+        })
+        .collect()
+}
+
+#[test]
+fn an_apiserver_restart_while_samples_change_loses_nothing() {
+    let _one = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    let runs = controllers("fault-restart");
+    for (ns, _) in &runs {
+        for i in 0..10 {
+            apply_sample(&ns.0, &format!("s{i:02}"), "before");
+        }
+    }
+    let restart = std::thread::spawn(|| local_cluster(&["restart", "apiserver"]));
+    // Creations and changes keep coming while the server goes away and comes back.
+    for (ns, _) in &runs {
+        for i in 10..20 {
+            apply_sample(&ns.0, &format!("s{i:02}"), "during");
+        }
+        for i in (0..10).step_by(2) {
+            apply_sample(&ns.0, &format!("s{i:02}"), "changed");
+        }
+    }
+    restart.join().unwrap();
+    let expected = |name: &str| {
+        let i: usize = name[1..].parse().unwrap();
+        (if i >= 10 {
+            "during"
+        } else if i % 2 == 0 {
+            "changed"
+        } else {
+            "before"
+        })
+        .to_owned()
+    };
+    for (ns, controller) in &runs {
+        eventually(Duration::from_secs(120), &format!("{} converged", ns.0), || {
+            converged(&ns.0, expected, 20).map_err(|e| format!("{e}\n{}", controller.stderr()))
+        });
+    }
+}
+
+#[test]
+fn an_etcd_restart_is_ridden_out() {
+    let _one = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    let runs = controllers("fault-etcd");
+    for (ns, _) in &runs {
+        apply_sample(&ns.0, "a", "one");
+    }
+    local_cluster(&["restart", "etcd"]);
+    for (ns, _) in &runs {
+        apply_sample(&ns.0, "b", "two");
+    }
+    for (ns, controller) in &runs {
+        let expected = |name: &str| (if name == "a" { "one" } else { "two" }).to_owned();
+        eventually(Duration::from_secs(120), &format!("{} converged", ns.0), || {
+            converged(&ns.0, expected, 2).map_err(|e| format!("{e}\n{}", controller.stderr()))
+        });
+    }
+}
+
+#[test]
+fn a_frozen_apiserver_is_waited_out_without_spinning() {
+    let _one = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    let runs = controllers("fault-freeze");
+    for (ns, _) in &runs {
+        apply_sample(&ns.0, "a", "one");
+        eventually(Duration::from_secs(30), "first Sample", || converged(&ns.0, |_| "one".into(), 1));
+    }
+    let state = support::cluster().kubeconfig.parent().unwrap().to_owned();
+    let pid = std::fs::read_to_string(state.join("kube-apiserver.pid")).unwrap().trim().to_owned();
+    let logged_before: Vec<usize> = runs.iter().map(|(_, c)| c.stderr().lines().count()).collect();
+    Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+    std::thread::sleep(Duration::from_secs(30));
+    let alive: Vec<bool> = runs.iter().map(|(_, c)| c.stderr().contains("reconciling Samples")).collect();
+    Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+    assert_eq!(alive, [true, true]);
+    for ((ns, controller), before) in runs.iter().zip(logged_before) {
+        let during = controller.stderr().lines().count() - before;
+        assert!(during < 20, "{}: {during} log lines while the server was frozen:\n{}", ns.0, controller.stderr());
+        apply_sample(&ns.0, "b", "one");
+        eventually(Duration::from_secs(60), &format!("{} recovered", ns.0), || {
+            converged(&ns.0, |_| "one".into(), 2).map_err(|e| format!("{e}\n{}", controller.stderr()))
+        });
+    }
+}
