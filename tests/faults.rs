@@ -98,7 +98,7 @@ fn an_apiserver_restart_while_samples_change_loses_nothing() {
         let i: usize = name[1..].parse().unwrap();
         (if i >= 10 {
             "during"
-        } else if i % 2 == 0 {
+        } else if i.is_multiple_of(2) {
             "changed"
         } else {
             "before"

@@ -57,7 +57,7 @@ fn two_controllers_without_election_agree_and_settle() {
     assert_eq!(items.len(), 20);
     for cm in items {
         let i: usize = cm["metadata"]["name"].as_str().unwrap()[1..].parse().unwrap();
-        let want = if i % 3 == 0 { format!("second {i}") } else { format!("first {i}") };
+        let want = if i.is_multiple_of(3) { format!("second {i}") } else { format!("first {i}") };
         assert_eq!(cm["data"]["testString"], want.as_str());
         assert_eq!(cm["metadata"]["ownerReferences"].as_array().unwrap().len(), 1);
     }
