@@ -18,6 +18,16 @@ fn apply(ns: Option<&str>, doc: Value) {
     kubectl(&args).success();
 }
 
+/// Puts the real CRD back however the test ends.
+struct RestoreCrd;
+
+impl Drop for RestoreCrd {
+    fn drop(&mut self) {
+        let run = samplectl(&["install-crd"]);
+        assert!(run.code == 0 && run.stdout.ends_with(" configured\n"), "restoring the CRD: {run:#?}");
+    }
+}
+
 #[test]
 fn a_non_string_test_string_is_reported_and_nothing_is_written_for_it() {
     samplectl(&["install-crd"]).success();
@@ -29,6 +39,7 @@ fn a_non_string_test_string_is_reported_and_nothing_is_written_for_it() {
     }
     crd["metadata"] = json!({"name": "samples.example.com"});
     apply(None, crd);
+    let restore = RestoreCrd;
 
     let ns = Namespace::new("schemaless");
     let sample = |name: &str, value: Value| {
@@ -38,11 +49,21 @@ fn a_non_string_test_string_is_reported_and_nothing_is_written_for_it() {
     apply(Some(&ns.0), sample("number", json!(42)));
     apply(Some(&ns.0), sample("list", json!(["a"])));
     apply(Some(&ns.0), sample("text", json!("fine")));
+    // More than a ConfigMap may hold (1 MiB of data): the API server refuses the ConfigMap.
+    // (created, not applied: kubectl apply would copy it into an annotation, which may not be that big)
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.json");
+    std::fs::write(&huge, sample("huge", json!("x".repeat(1024 * 1024 + 1))).to_string()).unwrap();
+    kubectl(&["create", "-n", &ns.0, "-f", huge.to_str().unwrap()]).success();
     let run = samplectl(&["reconcile", "-n", &ns.0, "--once"]);
-    let restored = samplectl(&["install-crd"]);
 
-    assert_eq!(run.code, 1, "two Samples cannot be Ready: {run:#?}");
-    assert!(run.stderr.contains("error: 2 of the Samples are not Ready"), "{run:#?}");
+    assert_eq!(run.code, 1, "three Samples cannot be Ready: {run:#?}");
+    assert!(run.stderr.contains("error: 3 of the Samples are not Ready"), "{run:#?}");
+    let huge = kubectl_json(&["get", "sample", "huge", "-n", &ns.0]);
+    let condition = &huge["status"]["conditions"][0];
+    assert_eq!((condition["status"].as_str(), condition["reason"].as_str()), (Some("False"), Some("ApplyFailed")));
+    let message = condition["message"].as_str().unwrap();
+    assert!(message.starts_with("cannot apply ConfigMap huge: ") && message.contains("1048576"), "{message}");
     for (name, what) in [("number", "a number"), ("list", "a list")] {
         let s = kubectl_json(&["get", "sample", name, "-n", &ns.0]);
         let condition = &s["status"]["conditions"][0];
@@ -56,8 +77,7 @@ fn a_non_string_test_string_is_reported_and_nothing_is_written_for_it() {
     }
     let cm = kubectl_json(&["get", "configmap", "text", "-n", &ns.0]);
     assert_eq!(cm["data"], json!({"testString": "fine"}), "unexpected fields are not copied anywhere");
-    assert_eq!(
-        restored.stdout, "customresourcedefinition.apiextensions.k8s.io/samples.example.com configured\n",
-        "{restored:#?}"
-    );
+    drop(restore);
+    let restored = samplectl(&["install-crd"]).success();
+    assert_eq!(restored.stdout, "customresourcedefinition.apiextensions.k8s.io/samples.example.com unchanged\n");
 }
