@@ -71,17 +71,7 @@ fn rbac_is_enough_for_reconcile_and_no_more() {
     // The ServiceAccount's own token, from the TokenRequest API.
     let token = kubectl(&["create", "token", "samplectl", "-n", "samplectl-system"]).success().stdout.trim().to_owned();
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = support::kubeconfig_variant(dir.path(), "sa", |text| {
-        let mut out = String::new();
-        for line in text.lines() {
-            match line {
-                "  user:" => out.push_str(&format!("  user:\n    token: {token}\n")),
-                l if l.contains("client-certificate:") || l.contains("client-key:") => {}
-                l => out.push_str(&format!("{l}\n")),
-            }
-        }
-        out
-    });
+    let kubeconfig = support::token_kubeconfig(dir.path(), "sa", &token);
     let as_sa = |args: &[&str]| {
         let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
         all.extend_from_slice(args);

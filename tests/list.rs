@@ -216,17 +216,7 @@ fn a_bad_token_is_unauthorized() {
     let token = token.trim();
     let broken = format!("{}{}", &token[..token.len() - 4], if token.ends_with("AAAA") { "BBBB" } else { "AAAA" });
     let dir = tempfile::tempdir().unwrap();
-    let config = support::kubeconfig_variant(dir.path(), "token", |text| {
-        let mut out = String::new();
-        for line in text.lines() {
-            match line {
-                "  user:" => out.push_str(&format!("  user:\n    token: {broken}\n")),
-                l if l.contains("client-certificate:") || l.contains("client-key:") => {}
-                l => out.push_str(&format!("{l}\n")),
-            }
-        }
-        out
-    });
+    let config = support::token_kubeconfig(dir.path(), "token", &broken);
     let run = support::samplectl_bare(&["--kubeconfig", config.to_str().unwrap(), "list", "cm"]);
     assert_eq!((run.code, run.stderr.as_str()), (1, "error: You must be logged in to the server (Unauthorized)\n"));
 }

@@ -46,17 +46,7 @@ fn tokens_and_client_keys_never_appear_in_output() {
     // A bearer token (a valid one, for a ServiceAccount with no permissions, so the runs also fail).
     kubectl(&["create", "serviceaccount", "nobody", "-n", &ns.0]).success();
     let token = kubectl(&["create", "token", "nobody", "-n", &ns.0]).success().stdout.trim().to_owned();
-    let config = support::kubeconfig_variant(dir.path(), "token", |text| {
-        let mut out = String::new();
-        for line in text.lines() {
-            match line {
-                "  user:" => out.push_str(&format!("  user:\n    token: {token}\n")),
-                l if l.contains("client-certificate:") || l.contains("client-key:") => {}
-                l => out.push_str(&format!("{l}\n")),
-            }
-        }
-        out
-    });
+    let config = support::token_kubeconfig(dir.path(), "token", &token);
     let output = runs(config.to_str().unwrap(), &ns.0);
     assert!(output.contains("Forbidden"), "the token was used:\n{output}");
     // Any 16-character piece of the token would be a leak.

@@ -388,6 +388,22 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A copy of the cluster's kubeconfig whose user authenticates with `token` instead of the admin
+/// certificate.
+pub fn token_kubeconfig(dir: &Path, name: &str, token: &str) -> PathBuf {
+    kubeconfig_variant(dir, name, |text| {
+        let mut out = String::new();
+        for line in text.lines() {
+            match line {
+                "  user:" => out.push_str(&format!("  user:\n    token: {token}\n")),
+                l if l.contains("client-certificate:") || l.contains("client-key:") => {}
+                l => out.push_str(&format!("{l}\n")),
+            }
+        }
+        out
+    })
+}
+
 /// A plain HTTP GET on loopback: the status code and the body (enough for probes and /metrics).
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
