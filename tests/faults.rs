@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl};
+use support::{Background, Namespace, Watcher, compact_etcd, eventually, kubectl, kubectl_json, samplectl};
 
 static FAULTS: Mutex<()> = Mutex::new(());
 
@@ -119,10 +119,22 @@ fn an_etcd_restart_is_ridden_out() {
     for (ns, _) in &runs {
         apply_sample(&ns.0, "a", "one");
     }
+    let mut watcher =
+        Watcher::start(&["watch", "--gvr", "example.com/v1alpha1/samples", "-n", &runs[0].0.0, "-o", "name"]);
+    assert_eq!(watcher.next_line(Duration::from_secs(20)), "ADDED sample.example.com/a");
+    // History gone as well: every watch from an older resourceVersion now ends in 410 and a relist.
+    compact_etcd();
     local_cluster(&["restart", "etcd"]);
     for (ns, _) in &runs {
         apply_sample(&ns.0, "b", "two");
     }
+    let seen = watcher.lines_within(Duration::from_secs(20));
+    assert_eq!(
+        seen.iter().filter(|l| l.as_str() == "ADDED sample.example.com/b").count(),
+        1,
+        "the watch printed b exactly once: {seen:?}"
+    );
+    assert!(!seen.iter().any(|l| l.ends_with("/a") && l.starts_with("ADDED")), "a is not printed again: {seen:?}");
     for (ns, controller) in &runs {
         let expected = |name: &str| (if name == "a" { "one" } else { "two" }).to_owned();
         eventually(Duration::from_secs(120), &format!("{} converged", ns.0), || {
@@ -139,6 +151,9 @@ fn a_frozen_apiserver_is_waited_out_without_spinning() {
         apply_sample(&ns.0, "a", "one");
         eventually(Duration::from_secs(30), "first Sample", || converged(&ns.0, |_| "one".into(), 1));
     }
+    let mut watcher = Watcher::start(&["watch", "cm", "-n", &runs[0].0.0, "-o", "name", "--watch-only"]);
+    kubectl(&["create", "configmap", "before-freeze", "-n", &runs[0].0.0]).success();
+    assert_eq!(watcher.next_line(Duration::from_secs(20)), "ADDED configmap/before-freeze");
     let state = support::cluster().kubeconfig.parent().unwrap().to_owned();
     let pid = std::fs::read_to_string(state.join("kube-apiserver.pid")).unwrap().trim().to_owned();
     let logged_before: Vec<usize> = runs.iter().map(|(_, c)| c.stderr().lines().count()).collect();
@@ -147,6 +162,10 @@ fn a_frozen_apiserver_is_waited_out_without_spinning() {
     let alive: Vec<bool> = runs.iter().map(|(_, c)| c.stderr().contains("reconciling Samples")).collect();
     Command::new("kill").args(["-CONT", &pid]).status().unwrap();
     assert_eq!(alive, [true, true]);
+    assert!(watcher.child.try_wait().unwrap().is_none(), "the watch command is still running");
+    kubectl(&["create", "configmap", "after-freeze", "-n", &runs[0].0.0]).success();
+    let seen = watcher.lines_within(Duration::from_secs(20));
+    assert!(seen.contains(&"ADDED configmap/after-freeze".to_owned()), "the watch resumed: {seen:?}");
     for ((ns, controller), before) in runs.iter().zip(logged_before) {
         let during = controller.stderr().lines().count() - before;
         assert!(during < 20, "{}: {during} log lines while the server was frozen:\n{}", ns.0, controller.stderr());

@@ -222,6 +222,23 @@ fn a_bad_token_is_unauthorized() {
 }
 
 #[test]
+fn expired_or_untrusted_client_certificates_are_unauthorized() {
+    use support::{Signer, cert_kubeconfig};
+    let dir = tempfile::tempdir().unwrap();
+    for (name, signer, days) in [("expired", Signer::ClusterCa, -1), ("foreign", Signer::ForeignCa, 1)] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let config = cert_kubeconfig(&sub, name, signer, days);
+        let run = support::samplectl_bare(&["--kubeconfig", config.to_str().unwrap(), "list", "cm"]);
+        assert_eq!(
+            (run.code, run.stderr.as_str()),
+            (1, "error: You must be logged in to the server (Unauthorized)\n"),
+            "{name}"
+        );
+    }
+}
+
+#[test]
 fn an_unreachable_server_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let config = support::kubeconfig_variant(dir.path(), "unreachable", |text| {

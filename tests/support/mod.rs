@@ -159,6 +159,20 @@ pub fn samplectl_spawn(args: &[&str]) -> std::process::Child {
 /// A kubeconfig for a user the cluster knows only by a client certificate signed by its CA, with no
 /// RBAC bindings at all: every request but discovery is Forbidden.
 pub fn user_kubeconfig(dir: &Path, user: &str) -> PathBuf {
+    cert_kubeconfig(dir, user, Signer::ClusterCa, 1)
+}
+
+/// Who signs a test client certificate.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Signer {
+    ClusterCa,
+    /// A CA the API server has never heard of.
+    ForeignCa,
+}
+
+/// A kubeconfig whose client certificate for `user` is signed by `signer` and valid for `days` (a
+/// negative number makes it expired).
+pub fn cert_kubeconfig(dir: &Path, user: &str, signer: Signer, days: i32) -> PathBuf {
     let pki = cluster().kubeconfig.parent().unwrap().join("pki");
     let path = |name: &str| dir.join(name).to_str().unwrap().to_owned();
     let (key, csr, crt, ext) = (path("user.key"), path("user.csr"), path("user.crt"), path("client.ext"));
@@ -168,18 +182,32 @@ pub fn user_kubeconfig(dir: &Path, user: &str) -> PathBuf {
         "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
     )
     .unwrap();
-    let (ca, ca_key, serial) =
-        (pki.join("ca.crt").display().to_string(), pki.join("ca.key").display().to_string(), path("ca.srl"));
-    let subject = format!("/CN={user}");
     let openssl = |args: &[&str]| {
         let out = Command::new("openssl").args(args).output().expect("run openssl");
         assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
+    let (ca, ca_key) = match signer {
+        Signer::ClusterCa => (pki.join("ca.crt").display().to_string(), pki.join("ca.key").display().to_string()),
+        Signer::ForeignCa => {
+            let (ca, ca_key) = (path("foreign-ca.crt"), path("foreign-ca.key"));
+            openssl(
+                &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &ca_key, "-out", &ca, "-days", "1"]
+                    .into_iter()
+                    .chain(["-subj", "/CN=foreign-ca", "-addext", "basicConstraints=critical,CA:TRUE"])
+                    .chain(["-addext", "keyUsage=critical,keyCertSign"])
+                    .collect::<Vec<_>>(),
+            );
+            (ca, ca_key)
+        }
+    };
+    let serial = path("ca.srl");
+    let subject = format!("/CN={user}");
+    let days = days.to_string();
     openssl(&["req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", &subject]);
     openssl(
         &["x509", "-req", "-in", &csr, "-CA", &ca, "-CAkey", &ca_key, "-CAcreateserial", "-CAserial", &serial]
             .into_iter()
-            .chain(["-days", "1", "-extfile", &ext, "-out", &crt])
+            .chain(["-days", &days, "-extfile", &ext, "-out", &crt])
             .collect::<Vec<_>>(),
     );
     kubeconfig_variant(dir, &format!("{user}.kubeconfig"), |text| {
