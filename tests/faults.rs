@@ -166,6 +166,8 @@ fn a_frozen_apiserver_is_waited_out_without_spinning() {
     kubectl(&["create", "configmap", "after-freeze", "-n", &runs[0].0.0]).success();
     let seen = watcher.lines_within(Duration::from_secs(20));
     assert!(seen.contains(&"ADDED configmap/after-freeze".to_owned()), "the watch resumed: {seen:?}");
+    let poll_log = runs[0].1.stderr();
+    assert!(poll_log.contains("did not answer within 10s"), "the poll driver's requests time out:\n{poll_log}");
     for ((ns, controller), before) in runs.iter().zip(logged_before) {
         let during = controller.stderr().lines().count() - before;
         assert!(during < 20, "{}: {during} log lines while the server was frozen:\n{}", ns.0, controller.stderr());

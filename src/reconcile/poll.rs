@@ -32,14 +32,22 @@ pub struct Pass {
 
 const PAGE: u32 = 500;
 
-async fn list_all<K>(api: &Api<K>, lp: ListParams) -> kube::Result<Vec<K>>
+/// How long one request of a pass may take. kube sets no read timeout, so without this a frozen API
+/// server (one that accepts connections but never answers) would hold a pass forever.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one Sample's reconcile (a few requests) may take before it counts as failed.
+const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn list_all<K>(api: &Api<K>, lp: ListParams) -> anyhow::Result<Vec<K>>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut lp = lp.limit(PAGE);
     let mut items = Vec::new();
     loop {
-        let page = api.list(&lp).await?;
+        let page = tokio::time::timeout(REQUEST_TIMEOUT, api.list(&lp))
+            .await
+            .map_err(|_| anyhow::anyhow!("the API server did not answer within {}s", REQUEST_TIMEOUT.as_secs()))??;
         items.extend(page.items);
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => lp = lp.continue_token(&token),
@@ -63,7 +71,7 @@ impl Poll {
         &self,
         retry_at: &mut HashMap<String, Instant>,
         stop: &watch::Receiver<bool>,
-    ) -> kube::Result<Pass> {
+    ) -> anyhow::Result<Pass> {
         let (samples_api, configmaps_api) = self.apis();
         let samples = list_all(&samples_api, ListParams::default()).await?;
         let configmaps = list_all(&configmaps_api, ListParams::default().labels(&managed_selector())).await?;
@@ -106,7 +114,10 @@ impl Poll {
         let results: Vec<_> = futures::stream::iter(work)
             .take_while(|_| futures::future::ready(!*stop.borrow()))
             .map(|(sample, child)| async move {
-                let result = self.ctx.reconcile(&sample, child).await;
+                let result = match tokio::time::timeout(RECONCILE_TIMEOUT, self.ctx.reconcile(&sample, child)).await {
+                    Ok(result) => result.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("reconcile did not finish within {}s", RECONCILE_TIMEOUT.as_secs())),
+                };
                 (sample, result)
             })
             .buffer_unordered(self.concurrency.max(1))
@@ -136,7 +147,7 @@ impl Poll {
     }
 
     /// Passes every `interval` until `stop` turns true. With `once`, one pass and its result.
-    pub async fn run(&self, once: bool, mut stop: watch::Receiver<bool>) -> kube::Result<Option<Pass>> {
+    pub async fn run(&self, once: bool, mut stop: watch::Receiver<bool>) -> anyhow::Result<Option<Pass>> {
         let mut retry_at = HashMap::new();
         loop {
             let started = Instant::now();
@@ -148,7 +159,7 @@ impl Poll {
                 Ok(pass) if once => return Ok(Some(pass)),
                 Ok(pass) => tracing::debug!(samples = pass.samples, not_ready = pass.not_ready, "pass done"),
                 Err(err) if once => return Err(err),
-                Err(err) => tracing::warn!("cannot list Samples and their ConfigMaps: {err}"),
+                Err(err) => tracing::warn!("cannot list Samples and their ConfigMaps: {err:#}"),
             }
             if *stop.borrow() {
                 return Ok(None);
