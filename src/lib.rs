@@ -1,6 +1,7 @@
 //! samplectl: list, watch and reconcile any Kubernetes resource without generated types, and run a
 //! controller for `Sample` custom resources (`samples.example.com/v1alpha1`).
 
+pub mod changes;
 pub mod cli;
 pub mod client;
 pub mod commands;
@@ -14,3 +15,4 @@ pub mod output;
 pub mod reconcile;
 pub mod requests;
 pub mod resource;
+pub mod signal;

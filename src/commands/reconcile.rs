@@ -56,7 +56,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
 
     let (stop_tx, stop) = watch::channel(false);
     tokio::spawn(async move {
-        crate::commands::watch::shutdown_signal().await;
+        crate::signal::shutdown_signal().await;
         tracing::info!("stopping: finishing the work in flight");
         let _ = stop_tx.send(true);
     });

@@ -17,34 +17,19 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::DefaultBackoff;
 use serde_json::Value;
 
+use crate::changes::{Change, diff};
 use crate::cli::WatchArgs;
 use crate::client::Connection;
 use crate::commands::select::{Printing, Selection, list_params, select};
 use crate::fetch::{Column, Item, Shape, Target, list_all, object_item, row_item, watch_lines};
 use crate::output::objects::ObjectPrinter;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
+use crate::signal::shutdown_signal;
 
 /// The server ends a watch after this long; a stream silent for longer than that (plus slack) is dead,
 /// for example because the server was frozen, and is reopened.
 const WATCH_TIMEOUT_SECS: u32 = 290;
 const IDLE_LIMIT: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 + 30);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl Change {
-    pub fn word(self) -> &'static str {
-        match self {
-            Change::Added => "ADDED",
-            Change::Modified => "MODIFIED",
-            Change::Deleted => "DELETED",
-        }
-    }
-}
 
 /// One line of a watch stream, understood.
 #[derive(Debug)]
@@ -84,27 +69,6 @@ pub fn parse_event(line: &str, shape: Shape, target: &Target) -> Result<Event> {
         Shape::Objects => object_item(object, &target.resolved),
     };
     Ok(Event::Change(change, item))
-}
-
-/// What a relist means for someone who saw `known`: new objects were ADDED, objects whose
-/// resourceVersion moved were MODIFIED, objects no longer listed were DELETED (shown as last seen).
-/// Objects that did not change produce nothing.
-pub fn diff(known: &HashMap<String, Item>, listed: &[Item]) -> Vec<(Change, Item)> {
-    let mut changes = Vec::new();
-    for item in listed {
-        match known.get(&item.uid) {
-            None => changes.push((Change::Added, item.clone())),
-            Some(old) if old.resource_version != item.resource_version => {
-                changes.push((Change::Modified, item.clone()))
-            }
-            Some(_) => {}
-        }
-    }
-    let listed_uids: std::collections::HashSet<&str> = listed.iter().map(|i| i.uid.as_str()).collect();
-    let mut gone: Vec<&Item> = known.values().filter(|i| !listed_uids.contains(i.uid.as_str())).collect();
-    gone.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    changes.extend(gone.into_iter().map(|i| (Change::Deleted, i.clone())));
-    changes
 }
 
 /// Prints events in the chosen format and counts them against `--max-events`.
@@ -375,66 +339,11 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
     }
 }
 
-/// SIGINT or SIGTERM: stopping a watch is the normal way to end it, not a failure.
-pub async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::resource::Resolved;
     use kube::discovery::ApiResource;
-
-    fn item(uid: &str, name: &str, rv: &str) -> Item {
-        Item {
-            uid: uid.into(),
-            resource_version: rv.into(),
-            namespace: Some("ns".into()),
-            name: name.into(),
-            labels: Default::default(),
-            creation_timestamp: None,
-            cells: None,
-            object: None,
-        }
-    }
-
-    fn known(items: &[Item]) -> HashMap<String, Item> {
-        items.iter().map(|i| (i.uid.clone(), i.clone())).collect()
-    }
-
-    fn summary(changes: &[(Change, Item)]) -> Vec<(&'static str, String)> {
-        changes.iter().map(|(c, i)| (c.word(), i.name.clone())).collect()
-    }
-
-    #[test]
-    fn relist_prints_only_real_differences() {
-        let before = known(&[item("1", "same", "10"), item("2", "edited", "11"), item("3", "gone", "12")]);
-        let listed = [item("1", "same", "10"), item("2", "edited", "15"), item("4", "new", "16")];
-        assert_eq!(
-            summary(&diff(&before, &listed)),
-            [("MODIFIED", "edited".to_owned()), ("ADDED", "new".to_owned()), ("DELETED", "gone".to_owned())]
-        );
-        assert!(diff(&known(&listed), &listed).is_empty(), "nothing changed, nothing printed");
-    }
-
-    #[test]
-    fn a_recreated_object_is_a_delete_and_an_add() {
-        let before = known(&[item("1", "cm", "10")]);
-        let listed = [item("9", "cm", "20")];
-        assert_eq!(summary(&diff(&before, &listed)), [("ADDED", "cm".to_owned()), ("DELETED", "cm".to_owned())]);
-    }
 
     fn target() -> Target {
         let ar = ApiResource {

@@ -11,8 +11,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
+use crate::changes::{Change, diff};
 use crate::client::Connection;
-use crate::commands::watch::{Change, diff};
 use crate::fetch::{Item, Page, Shape, Target, list_all, object_item};
 
 fn report(target: &Target, changes: &[(Change, Item)]) {
