@@ -323,10 +323,27 @@ fn json_logs_carry_namespace_name_and_outcome() {
 
 #[test]
 fn reconcile_usage_errors() {
+    samplectl(&["install-crd"]).success();
     let run = samplectl(&["reconcile", "--gvr", "nope"]);
     assert_eq!(run.code, 2, "{run:#?}");
     let run = samplectl(&["reconcile", "--interval", "fast"]);
     assert_eq!(run.code, 2, "{run:#?}");
     let run = samplectl(&["reconcile", "--concurrency", "0"]);
     assert_eq!(run.code, 2, "{run:#?}");
+    let run = samplectl(&["reconcile", "--leader-elect", "--lease-duration", "5s", "--renew-deadline", "10s"]);
+    assert_eq!(
+        (run.code, run.stderr.lines().last()),
+        (2, Some("error: --renew-deadline must be shorter than --lease-duration"))
+    );
+    let run = samplectl(&["reconcile", "--gvr", "v1/configmaps", "--watch", "--once"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    assert!(run.stderr.contains("error: --once with --watch applies to Samples only"), "{run:#?}");
+    let run = samplectl(&["reconcile", "--health-addr", "not-an-address"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    // A port already taken is a failure to start, reported with the address.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let run = samplectl(&["reconcile", "--once", "--metrics-addr", &addr]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(run.stderr.contains(&format!("error: cannot listen on {addr} for metrics")), "{run:#?}");
 }

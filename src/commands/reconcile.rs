@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Result, bail};
+
+use crate::error::UsageError;
 use tokio::sync::watch;
 
 use crate::cli::ReconcileArgs;
@@ -91,7 +93,10 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         health.synced.store(true, Ordering::Relaxed);
         if args.watch {
             if args.once {
-                bail!("--once with --watch applies to Samples only; use --once without --watch to observe once");
+                return Err(UsageError(
+                    "--once with --watch applies to Samples only; use --once without --watch to observe once".into(),
+                )
+                .into());
             }
             observe::watch(conn, &target, stop).await
         } else {
