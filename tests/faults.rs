@@ -151,9 +151,10 @@ fn a_frozen_apiserver_is_waited_out_without_spinning() {
         apply_sample(&ns.0, "a", "one");
         eventually(Duration::from_secs(30), "first Sample", || converged(&ns.0, |_| "one".into(), 1));
     }
-    let mut watcher = Watcher::start(&["watch", "cm", "-n", &runs[0].0.0, "-o", "name", "--watch-only"]);
-    kubectl(&["create", "configmap", "before-freeze", "-n", &runs[0].0.0]).success();
-    assert_eq!(watcher.next_line(Duration::from_secs(20)), "ADDED configmap/before-freeze");
+    // Sample a's ConfigMap in the watch's initial listing proves the watch is open before the freeze; a
+    // ConfigMap created just after starting a `--watch-only` watcher could beat its first list and never show.
+    let mut watcher = Watcher::start(&["watch", "cm", "-n", &runs[0].0.0, "-o", "name"]);
+    assert_eq!(watcher.next_line(Duration::from_secs(20)), "ADDED configmap/a");
     let state = support::cluster().kubeconfig.parent().unwrap().to_owned();
     let pid = std::fs::read_to_string(state.join("kube-apiserver.pid")).unwrap().trim().to_owned();
     let logged_before: Vec<usize> = runs.iter().map(|(_, c)| c.stderr().lines().count()).collect();
