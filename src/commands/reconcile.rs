@@ -114,12 +114,15 @@ async fn reconcile_samples(
     stop: watch::Receiver<bool>,
 ) -> Result<()> {
     let not_ready = if args.watch {
-        let watch = Watch { ctx, namespace, concurrency: args.concurrency, resync: args.resync };
-        watch.run(args.once, stop).await?
+        let watch = Watch { ctx: ctx.clone(), namespace, concurrency: args.concurrency, resync: args.resync };
+        watch.run(args.once, stop).await.map_err(anyhow::Error::from)
     } else {
-        let poll = Poll { ctx, namespace, interval: args.interval, concurrency: usize::from(args.concurrency) };
-        poll.run(args.once, stop).await?.map(|pass| pass.not_ready)
+        let poll =
+            Poll { ctx: ctx.clone(), namespace, interval: args.interval, concurrency: usize::from(args.concurrency) };
+        poll.run(args.once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
     };
+    ctx.flush_events().await;
+    let not_ready = not_ready?;
     match not_ready {
         Some(n) if n > 0 => Err(NotAllReady(n).into()),
         _ => Ok(()),

@@ -2,6 +2,7 @@
 //! list-every-second loop done right, and `watch`, kube-runtime's Controller), plus `observe` for any
 //! other resource, which only reports what changed.
 
+pub mod events;
 pub mod observe;
 pub mod poll;
 pub mod sample;
@@ -11,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use events::EventQueue;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -50,7 +52,7 @@ pub struct Context {
     pub samples: Resolved,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
-    recorder: Recorder,
+    events: EventQueue,
     failures: Mutex<HashMap<String, u32>>,
     /// The status last written for each Sample (by uid), and the resourceVersion of the Sample it was
     /// computed from. The watch driver can be handed that same, now stale, version again before its cache
@@ -80,7 +82,7 @@ impl Context {
             samples,
             metrics,
             health,
-            recorder,
+            events: EventQueue::new(recorder),
             failures: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
         }
@@ -99,12 +101,15 @@ impl Context {
         self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
     }
 
-    async fn event(&self, sample: &DynamicObject, type_: EventType, reason: &str, note: String) {
+    fn event(&self, sample: &DynamicObject, type_: EventType, reason: &str, note: String) {
         let event =
             Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
-        if let Err(err) = self.recorder.publish(&event, &sample.object_ref(&self.samples.ar)).await {
-            tracing::warn!(object = key(sample), "cannot record an event: {err}");
-        }
+        self.events.send(event, sample.object_ref(&self.samples.ar));
+    }
+
+    /// Sends the events still queued; called once reconciling has stopped.
+    pub async fn flush_events(&self) {
+        self.events.flush(Duration::from_secs(5)).await;
     }
 
     /// Makes the world match one Sample, writing only what differs. `child` is the ConfigMap a driver
@@ -154,7 +159,7 @@ impl Context {
                     let (word, reason) =
                         if created { ("created", "ConfigMapCreated") } else { ("updated", "ConfigMapUpdated") };
                     tracing::info!(namespace = ns, name, outcome = word, "{object}: configmap {word}");
-                    self.event(sample, EventType::Normal, reason, format!("ConfigMap {name} {word}")).await;
+                    self.event(sample, EventType::Normal, reason, format!("ConfigMap {name} {word}"));
                 }
                 Err(err) => {
                     readiness = Readiness::not_ready(
@@ -193,7 +198,7 @@ impl Context {
                 readiness.reason
             );
             if !readiness.ready {
-                self.event(sample, EventType::Warning, &readiness.reason, readiness.message.clone()).await;
+                self.event(sample, EventType::Warning, &readiness.reason, readiness.message.clone());
             }
         }
         if let Some(failure) = failure {
