@@ -1,0 +1,69 @@
+"""Runs the benchmark scenarios on a running local cluster and writes the report. Called by scripts/bench,
+which builds everything and starts the cluster first."""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import report
+import scenarios
+from kube import Api
+
+# How much each scenario measures. The full profile is what bench/RESULTS.md comes from.
+PROFILES = {
+    "full": {
+        "idle": {"sizes": [100, 1000], "window": 60, "windows": 2},
+        "reaction": {"count": 200, "reps": 2},
+        "convergence": {"sizes": [1000, 5000], "reps": {1000: 2, 5000: 2}},
+        "listing": {"objects": 10000, "runs": 5},
+        "footprint": {"sizes": [1000, 10000], "reps": 2},
+    },
+    "quick": {
+        "idle": {"sizes": [100], "window": 15, "windows": 2},
+        "reaction": {"count": 30, "reps": 1},
+        "convergence": {"sizes": [300], "reps": {300: 1}},
+        "listing": {"objects": 2000, "runs": 2},
+        "footprint": {"sizes": [500], "reps": 1},
+    },
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--profile", choices=PROFILES, default="full")
+    ap.add_argument("--cluster-dir", required=True)
+    ap.add_argument("--bin", action="append", default=[], help="NAME=PATH of samplectl, kubectl, loop, peer")
+    ap.add_argument("--out", required=True, help="directory for RESULTS.md, results.json and the charts")
+    ap.add_argument("--only", help="comma-separated scenarios to run (default: all)")
+    args = ap.parse_args()
+    bins = dict(b.split("=", 1) for b in args.bin)
+    profile = PROFILES[args.profile]
+    only = args.only.split(",") if args.only else list(profile)
+    os.makedirs(args.out, exist_ok=True)
+    log_dir = os.path.join(args.out, "logs") if args.profile == "quick" else "target/bench/logs"
+    env = dict(os.environ, KUBECONFIG=os.path.join(args.cluster_dir, "kubeconfig"), NO_COLOR="1")
+    bench = scenarios.Bench(Api(args.cluster_dir), env, bins, log_dir)
+
+    started = time.monotonic()
+
+    def log(message):
+        print(f"[{time.monotonic() - started:6.0f}s] {message}", file=sys.stderr, flush=True)
+
+    results = {"profile": args.profile, "settings": profile, "timings": {}}
+    for name in only:
+        t0 = time.monotonic()
+        log(f"{name} ...")
+        results[name] = getattr(scenarios, name.replace("idle", "idle_cost"))(bench, **profile[name], log=log)
+        results["timings"][name] = time.monotonic() - t0
+    results["environment"] = report.environment(bins)
+    results["total_seconds"] = time.monotonic() - started
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    report.write(results, args.out)
+    log(f"done; report in {os.path.join(args.out, 'RESULTS.md')}")
+
+
+if __name__ == "__main__":
+    main()

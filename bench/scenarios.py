@@ -1,0 +1,341 @@
+"""The five measurements. Each returns plain data (lists of numbers per driver and repetition); report.py
+turns them into tables, ratios and charts. Nothing here asserts anything."""
+
+import collections
+import concurrent.futures
+import datetime
+import os
+import queue
+import random
+import subprocess
+import threading
+import time
+import uuid
+
+from kube import (ApiError, Watch, delete_namespace, fresh_namespace, is_ready, namespaced, sample_body,
+                  samples_path)
+from procs import Proc
+
+# The labels and field owner of samplectl's ConfigMaps (src/reconcile/sample.rs), used by the floor client.
+MANAGED = {"app.kubernetes.io/managed-by": "samplectl"}
+
+
+class Bench:
+    def __init__(self, api, env, bins, log_dir):
+        self.api, self.env, self.bins, self.log_dir = api, env, bins, log_dir
+
+    def start(self, driver, ns, label, concurrency=None, workers=None):
+        """A controller (or the original loop) working on namespace `ns`."""
+        b = self.bins
+        if driver == "loop":
+            args = [b["loop"], "-kubeconfig", self.env["KUBECONFIG"]]
+        elif driver == "poll":
+            args = [b["samplectl"], "reconcile", "-n", ns]
+        elif driver == "watch":
+            args = [b["samplectl"], "reconcile", "--watch", "-n", ns]
+            if concurrency:
+                args += ["--concurrency", str(concurrency)]
+        elif driver == "peer":
+            args = [b["peer"], "-namespace", ns, "-kubeconfig", self.env["KUBECONFIG"]]
+            if workers:
+                args += ["-workers", str(workers)]
+        else:
+            raise ValueError(driver)
+        return Proc(args, self.env, os.path.join(self.log_dir, f"{label}.log"))
+
+    def create_samples(self, ns, names, threads=16):
+        """Creates Samples as fast as `threads` concurrent clients can: one burst."""
+        def create(name):
+            self.api.request("POST", samples_path(ns), sample_body(name, f"value of {name}"))
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            list(pool.map(create, names))
+
+    def converge(self, ns):
+        """Brings every Sample in `ns` to Ready with samplectl's one-pass mode, before an idle or memory
+        measurement."""
+        for _ in range(5):
+            done = subprocess.run([self.bins["samplectl"], "reconcile", "--once", "-n", ns, "--concurrency", "32"],
+                                  env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if done.returncode == 0:
+                return
+        raise RuntimeError(f"Samples in {ns} did not converge")
+
+
+class Seen:
+    """The first time an independent watch saw each object by name, and waiting for one."""
+
+    def __init__(self, want=lambda obj: True):
+        self.want = want
+        self.at = {}
+        self.cond = threading.Condition()
+
+    def __call__(self, kind, obj, at):
+        if kind in ("ADDED", "MODIFIED") and self.want(obj):
+            with self.cond:
+                self.at.setdefault(obj["metadata"]["name"], at)
+                self.cond.notify_all()
+
+    def wait(self, name, timeout=60):
+        with self.cond:
+            if not self.cond.wait_for(lambda: name in self.at, timeout):
+                raise TimeoutError(f"{name} not seen within {timeout}s")
+            return self.at[name]
+
+    def wait_count(self, n, timeout):
+        with self.cond:
+            if not self.cond.wait_for(lambda: len(self.at) >= n, timeout):
+                raise TimeoutError(f"{len(self.at)} of {n} seen within {timeout}s")
+            return max(self.at.values())
+
+
+def request_delta(before, after):
+    """Requests to resources by verb, and bytes the API server sent for them, between two metric snapshots.
+    Bytes are the bodies of GET and LIST answers plus watch events: the API server measures no others.
+    Requests to non-resource paths (discovery, /readyz, /metrics) are counted apart: at idle they are
+    kube-controller-manager's periodic discovery and the bench's own metric reads."""
+    verbs, sent, other = collections.Counter(), 0.0, 0.0
+    for (name, labels), value in after.items():
+        d = value - before.get((name, labels), 0.0)
+        labels = dict(labels)
+        if d <= 0:
+            continue
+        if not labels.get("resource"):
+            other += d if name == "apiserver_request_total" else 0
+        elif name == "apiserver_request_total":
+            verbs[labels["verb"]] += d
+        elif name in ("apiserver_response_sizes_sum", "apiserver_watch_events_sizes_sum"):
+            sent += d
+    return dict(verbs), sent, other
+
+
+def idle_cost(bench, sizes, window, windows, log):
+    """Scenario 1: converged Samples, one driver at a time, requests and bytes per one-minute window."""
+    out = {}
+    for n in sizes:
+        ns = f"bench-idle-{n}"
+        fresh_namespace(bench.api, ns)
+        bench.create_samples(ns, [f"s-{i:05}" for i in range(n)])
+        bench.converge(ns)
+        for driver in ("none", "loop", "poll", "watch", "peer"):
+            proc = None if driver == "none" else bench.start(driver, ns, f"idle-{n}-{driver}")
+            if proc:
+                time.sleep(5)
+                proc.settle()  # start-up (lists, the first pass) is not idle cost
+            runs = []
+            for _ in range(windows):
+                before = bench.api.metrics()
+                time.sleep(window)
+                verbs, sent, other = request_delta(before, bench.api.metrics())
+                scale = 60.0 / window
+                runs.append({"verbs": {v: c * scale for v, c in verbs.items()}, "bytes": sent * scale,
+                             "non_resource": other * scale})
+            if proc:
+                proc.check_alive()
+                proc.stop()
+            out[f"{n}/{driver}"] = runs
+            log(f"idle {n} {driver}: {runs}")
+        delete_namespace(bench.api, ns)
+    return out
+
+
+def reaction(bench, count, reps, log):
+    """Scenario 2: Samples created one at a time; create returned -> ConfigMap seen by our own watch."""
+    out = {}
+    for driver in ("floor", "minimal", "poll", "watch", "peer"):
+        out[driver] = []
+        for rep in range(reps):
+            ns = f"bench-react-{driver}-{rep}"
+            fresh_namespace(bench.api, ns)
+            floor = driver == "floor"
+            seen = Seen()
+            watch = Watch(bench.api, samples_path(ns) if floor else namespaced(ns, "configmaps"), seen)
+            watch.wait_listed()
+            proc = minimal = None
+            if driver == "minimal":
+                minimal = Floor(bench.api, ns, 1)
+            elif not floor:
+                proc = bench.start(driver, ns, f"reaction-{driver}-{rep}")
+            bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
+            seen.wait("warm-up", timeout=120)
+            latencies = []
+            for i in range(count):
+                if driver == "poll":
+                    # Spread creates evenly over the poll period: back to back, each would land just
+                    # after the tick that found the previous one, and every wait would be nearly 1 s.
+                    time.sleep(random.uniform(0, 1))
+                name = f"r-{i:03}"
+                bench.api.request("POST", samples_path(ns), sample_body(name, str(i)))
+                created = time.monotonic()
+                latencies.append(max(0.0, seen.wait(name, timeout=60) - created))
+            watch.stop()
+            if minimal:
+                minimal.stop()
+            if proc:
+                proc.check_alive()
+                proc.stop()
+            delete_namespace(bench.api, ns)
+            out[driver].append(latencies)
+            log(f"reaction {driver} rep {rep}: median {sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms")
+    return out
+
+
+class Floor:
+    """The least any controller has to send: for each new Sample, apply its ConfigMap, record an Event and
+    write its status, with `concurrency` workers, and read nothing but one watch on Samples."""
+
+    def __init__(self, api, ns, concurrency):
+        self.api, self.ns = api, ns
+        self.todo = queue.Queue()
+        self.workers = [threading.Thread(target=self._work, daemon=True) for _ in range(concurrency)]
+        for w in self.workers:
+            w.start()
+        self.watch = Watch(api, samples_path(ns), self._seen)
+        self.watch.wait_listed()
+
+    def _seen(self, kind, obj, _at):
+        if kind == "ADDED" and not is_ready(obj):
+            self.todo.put(obj)
+
+    def _work(self):
+        while (sample := self.todo.get()) is not None:
+            try:
+                self._write(sample)
+            except ApiError as err:
+                print(f"floor: {err}")
+
+    def _write(self, sample):
+        meta = sample["metadata"]
+        name, uid = meta["name"], meta["uid"]
+        owner = {"apiVersion": sample["apiVersion"], "kind": "Sample", "name": name, "uid": uid,
+                 "controller": True, "blockOwnerDeletion": True}
+        cm = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": name, "namespace": self.ns, "ownerReferences": [owner],
+                           "labels": dict(MANAGED, **{"samples.example.com/name": name})},
+              "data": {"testString": sample.get("testString", "")}}
+        self.api.apply(f"{namespaced(self.ns, 'configmaps')}/{name}", cm, "floor")
+        now = datetime.datetime.now(datetime.timezone.utc)
+        event = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                 "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": self.ns},
+                 "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "reportingController": "floor",
+                 "reportingInstance": "bench", "action": "Reconcile", "reason": "ConfigMapCreated",
+                 "note": f"ConfigMap {name} created", "type": "Normal",
+                 "regarding": {"apiVersion": sample["apiVersion"], "kind": "Sample", "name": name,
+                               "namespace": self.ns, "uid": uid}}
+        self.api.request("POST", namespaced(self.ns, "events", "events.k8s.io/v1"), event)
+        status = {"apiVersion": sample["apiVersion"], "kind": "Sample", "metadata": {"name": name, "namespace": self.ns},
+                  "status": {"observedGeneration": meta.get("generation", 1), "conditions": [{
+                      "type": "Ready", "status": "True", "reason": "ConfigMapReady",
+                      "message": f"ConfigMap {self.ns}/{name} holds testString",
+                      "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                      "observedGeneration": meta.get("generation", 1)}]}}
+        self.api.apply(f"{samples_path(self.ns)}/{name}/status", status, "floor")
+
+    def stop(self):
+        self.watch.stop()
+        for _ in self.workers:
+            self.todo.put(None)
+
+
+CONVERGENCE_SETUPS = [
+    # (label, driver, options)
+    ("samplectl watch, concurrency 1", "watch", {"concurrency": 1}),
+    ("samplectl watch, concurrency 8 (default)", "watch", {"concurrency": 8}),
+    ("samplectl watch, concurrency 32", "watch", {"concurrency": 32}),
+    ("controller-runtime, 1 worker (default)", "peer", {}),
+    ("controller-runtime, 8 workers", "peer", {"workers": 8}),
+    ("floor, 8 workers", "floor", {"concurrency": 8}),
+]
+
+
+def convergence(bench, sizes, reps, log):
+    """Scenario 3: n Samples created in one burst with the controller already running; time from the
+    first create to the last Sample reported Ready, as our own watch on Samples sees it."""
+    out = {}
+    for n in sizes:
+        for label, driver, opts in CONVERGENCE_SETUPS:
+            runs = []
+            for rep in range(reps.get(n, 1)):
+                ns = f"bench-converge-{n}-{rep}"
+                fresh_namespace(bench.api, ns)
+                ready = Seen(is_ready)
+                watch = Watch(bench.api, samples_path(ns), ready)
+                watch.wait_listed()
+                if driver == "floor":
+                    proc, floor = None, Floor(bench.api, ns, opts["concurrency"])
+                else:
+                    proc, floor = bench.start(driver, ns, f"converge-{n}-{driver}-{rep}", **opts), None
+                bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
+                ready.wait("warm-up", timeout=120)
+                started = time.monotonic()
+                bench.create_samples(ns, [f"c-{i:05}" for i in range(n)])
+                created = time.monotonic() - started
+                done = ready.wait_count(n + 1, timeout=3600) - started
+                peak = proc.peak_rss_mib() if proc else None
+                watch.stop()
+                if floor:
+                    floor.stop()
+                if proc:
+                    proc.check_alive()
+                    proc.stop()
+                delete_namespace(bench.api, ns)
+                runs.append({"seconds": done, "created_in": created, "peak_rss_mib": peak})
+                log(f"convergence {n} {label} rep {rep}: {done:.1f}s (creates took {created:.1f}s)")
+            out[f"{n}/{label}"] = runs
+    return out
+
+
+def listing(bench, objects, runs, log):
+    """Scenario 4: `samplectl list` against `kubectl get` on many ConfigMaps, wall time and peak memory."""
+    ns = "bench-list"
+    fresh_namespace(bench.api, ns)
+
+    def create(i):
+        bench.api.request("POST", namespaced(ns, "configmaps"), {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"bench-{i:05}", "labels": {"app": "bench"}},
+            "data": {"index": str(i), "text": "x" * 64}})
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(create, range(objects)))
+    cases = {
+        "table": ([bench.bins["samplectl"], "list", "configmaps", "-n", ns],
+                  [bench.bins["kubectl"], "get", "configmaps", "-n", ns]),
+        "-o json": ([bench.bins["samplectl"], "list", "configmaps", "-n", ns, "-o", "json"],
+                    [bench.bins["kubectl"], "get", "configmaps", "-n", ns, "-o", "json"]),
+    }
+    out = {}
+    for output, (ours, theirs) in cases.items():
+        for tool, cmd in (("samplectl", ours), ("kubectl", theirs)):
+            timed(cmd, bench.env)  # warm-up: discovery cache, page cache
+            out[f"{output}/{tool}"] = [timed(cmd, bench.env) for _ in range(runs)]
+            log(f"list {output} {tool}: {out[f'{output}/{tool}']}")
+    delete_namespace(bench.api, ns)
+    return out
+
+
+def timed(cmd, env):
+    done = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=True)
+    wall, rss_kb = done.stderr.strip().splitlines()[-1].split()
+    return {"seconds": float(wall), "peak_rss_mib": int(rss_kb) / 1024}
+
+
+def footprint(bench, sizes, reps, log):
+    """Scenario 5: resident memory of samplectl watch and the peer once they hold n converged Samples
+    (and their ConfigMaps) and have gone quiet."""
+    out = {}
+    for n in sizes:
+        ns = f"bench-memory-{n}"
+        fresh_namespace(bench.api, ns)
+        bench.create_samples(ns, [f"m-{i:05}" for i in range(n)])
+        bench.converge(ns)
+        for driver in ("watch", "peer"):
+            runs = []
+            for rep in range(reps):
+                proc = bench.start(driver, ns, f"memory-{n}-{driver}-{rep}")
+                time.sleep(3)
+                proc.settle()
+                runs.append({"rss_mib": proc.rss_mib(), "peak_rss_mib": proc.peak_rss_mib()})
+                proc.stop()
+            out[f"{n}/{driver}"] = runs
+            log(f"memory {n} {driver}: {runs}")
+        delete_namespace(bench.api, ns)
+    return out
