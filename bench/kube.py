@@ -24,6 +24,7 @@ class ApiError(Exception):
 
 class Api:
     def __init__(self, cluster_dir):
+        self.cluster_dir = cluster_dir
         ports = dict(line.split("=", 1) for line in open(os.path.join(cluster_dir, "ports")).read().split())
         self.port = int(ports["API_PORT"])
         pki = os.path.join(cluster_dir, "pki")

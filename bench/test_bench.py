@@ -1,0 +1,50 @@
+"""Unit tests for the bench's pure logic; scripts/test runs them (python3 -m unittest discover -s bench)."""
+
+import unittest
+
+from scenarios import request_delta
+from stats import pct, spread
+
+
+class Percentiles(unittest.TestCase):
+    def test_nearest_rank(self):
+        values = list(range(1, 101))  # 1..100
+        self.assertEqual([pct(values, p) for p in (50, 90, 99, 100)], [50, 90, 99, 100])
+        self.assertEqual(pct([3.0], 99), 3.0)
+        self.assertEqual(pct([5, 1, 4, 2, 3], 50), 3)
+        self.assertEqual(pct([1, 2, 3, 4], 1), 1)
+
+    def test_spread_shows_median_and_range(self):
+        self.assertEqual(spread([3.0, 1.0, 2.0]), "2.0 (1.0-3.0)")
+        self.assertEqual(spread([7.0]), "7.0")
+
+
+class RequestDelta(unittest.TestCase):
+    def key(self, name, **labels):
+        return (name, frozenset(labels.items()))
+
+    def test_counts_resource_requests_by_verb_and_bytes_sent(self):
+        before = {
+            self.key("apiserver_request_total", verb="LIST", resource="samples"): 10.0,
+            self.key("apiserver_response_sizes_sum", verb="LIST", resource="samples"): 1000.0,
+        }
+        after = {
+            self.key("apiserver_request_total", verb="LIST", resource="samples"): 70.0,
+            self.key("apiserver_request_total", verb="WATCH", resource="configmaps"): 1.0,
+            self.key("apiserver_response_sizes_sum", verb="LIST", resource="samples"): 61000.0,
+            self.key("apiserver_watch_events_sizes_sum", resource="configmaps"): 500.0,
+            self.key("apiserver_request_total", verb="GET", resource="", subresource="/metrics"): 2.0,
+            self.key("apiserver_response_sizes_sum", verb="GET", resource="", subresource="/apis"): 9999.0,
+        }
+        verbs, sent, other = request_delta(before, after)
+        self.assertEqual(verbs, {"LIST": 60.0, "WATCH": 1.0})
+        self.assertEqual(sent, 60500.0)
+        self.assertEqual(other, 2.0)
+
+    def test_counters_that_did_not_move_are_left_out(self):
+        same = {self.key("apiserver_request_total", verb="GET", resource="leases"): 5.0}
+        self.assertEqual(request_delta(same, same), ({}, 0.0, 0.0))
+
+
+if __name__ == "__main__":
+    unittest.main()
