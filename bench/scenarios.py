@@ -5,6 +5,7 @@ import collections
 import concurrent.futures
 import contextlib
 import datetime
+import json
 import os
 import queue
 import random
@@ -119,8 +120,8 @@ def idle_cost(bench, sizes, window, windows, log):
         bench.create_samples(ns, [f"s-{i:05}" for i in range(n)])
         bench.converge(ns)
         # kube-controller-manager renews a few dozen watches every few minutes and its garbage collector
-        # looks up owners now and then; the API server's metrics cannot tell those requests from the
-        # client's, so it is paused while idle cost is measured.
+        # looks up owners now and then: it is paused while idle cost is measured, so that the bytes the API
+        # server sends (which its metrics cannot attribute to a client) are the client's.
         with paused(os.path.join(bench.api.cluster_dir, "kube-controller-manager.pid")):
             out.update(idle_windows(bench, n, ns, window, windows, log))
         delete_namespace(bench.api, ns)
@@ -137,22 +138,57 @@ def paused(pid_file):
         os.kill(pid, signal.SIGCONT)
 
 
+# How each client names itself in the User-Agent header; "none" stands for everyone but the bench.
+USER_AGENTS = {"loop": "original-loop/", "poll": "samplectl/", "watch": "samplectl/", "peer": "controller-runtime/"}
+BENCH_AGENT = "samplectl-bench"
+
+
+def audit_verbs(lines, driver, start, end, by_resource=False):
+    """Requests a client sent between start and end (UTC datetimes), by verb (and resource), from audit
+    log lines that hold one RequestReceived event per request."""
+    prefix = USER_AGENTS.get(driver)
+    verbs = collections.Counter()
+    for line in lines:
+        event = json.loads(line)
+        agent = event.get("userAgent", "")
+        mine = agent.startswith(prefix) if prefix else not agent.startswith(BENCH_AGENT)
+        received = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"])
+        if mine and start <= received < end:
+            resource = (event.get("objectRef") or {}).get("resource", "(discovery)")
+            verbs[f"{event['verb'].upper()} {resource}" if by_resource else event["verb"].upper()] += 1
+    return dict(verbs)
+
+
 def idle_windows(bench, n, ns, window, windows, log):
-    """One client at a time in namespace `ns`, after its start-up, for `windows` windows."""
+    """One client at a time in namespace `ns`, after its start-up, for `windows` windows: its requests
+    from the API server's audit log (by User-Agent), bytes sent from the API server's metrics."""
     out = {}
+    audit = os.path.join(bench.api.cluster_dir, "audit.log")
     for driver in ("none", "loop", "poll", "watch", "peer"):
+        offset, started = os.path.getsize(audit), datetime.datetime.now(datetime.timezone.utc)
         proc = None if driver == "none" else bench.start(driver, ns, f"idle-{n}-{driver}")
+        startup = {}
         if proc:
             time.sleep(5)
             proc.settle()  # start-up (lists, the first pass) is not idle cost
+            with open(audit) as f:
+                f.seek(offset)
+                now = datetime.datetime.now(datetime.timezone.utc)
+                startup = audit_verbs(f, driver, started, now, by_resource=True)
         runs = []
         for _ in range(windows):
+            offset = os.path.getsize(audit)
+            start = datetime.datetime.now(datetime.timezone.utc)
             before = bench.api.metrics()
             time.sleep(window)
-            verbs, sent, other = request_delta(before, bench.api.metrics())
-            scale = 60.0 / window
+            _, sent, _ = request_delta(before, bench.api.metrics())
+            end = datetime.datetime.now(datetime.timezone.utc)
+            with open(audit) as f:
+                f.seek(offset)
+                verbs = audit_verbs(f, driver, start, end)
+            scale = 60.0 / (end - start).total_seconds()
             runs.append({"verbs": {v: c * scale for v, c in verbs.items()}, "bytes": sent * scale,
-                         "non_resource": other * scale})
+                         "startup": startup})
         if proc:
             proc.check_alive()
             proc.stop()

@@ -2,7 +2,10 @@
 
 import unittest
 
-from scenarios import request_delta
+import datetime
+import json
+
+from scenarios import audit_verbs, request_delta
 from stats import pct, spread
 
 
@@ -44,6 +47,31 @@ class RequestDelta(unittest.TestCase):
     def test_counters_that_did_not_move_are_left_out(self):
         same = {self.key("apiserver_request_total", verb="GET", resource="leases"): 5.0}
         self.assertEqual(request_delta(same, same), ({}, 0.0, 0.0))
+
+
+class AuditCounts(unittest.TestCase):
+    def line(self, agent, verb, at):
+        return json.dumps({"userAgent": agent, "verb": verb, "requestReceivedTimestamp": at,
+                           "objectRef": {"resource": "samples"}})
+
+    def test_counts_one_clients_requests_inside_the_window(self):
+        lines = [
+            self.line("samplectl/0.1.0 (linux/x86_64)", "watch", "2026-11-22T03:00:10.000000Z"),
+            self.line("samplectl/0.1.0 (linux/x86_64)", "list", "2026-11-22T03:00:20.5Z"),
+            self.line("samplectl/0.1.0 (linux/x86_64)", "list", "2026-11-22T03:01:10.000000Z"),  # after
+            self.line("controller-runtime/v0.0.0 (linux/amd64) kubernetes/$Format", "watch",
+                      "2026-11-22T03:00:30.000000Z"),
+            self.line("kube-apiserver/v1.34.4 (linux/amd64) kubernetes/abc", "update", "2026-11-22T03:00:40Z"),
+            self.line("samplectl-bench", "get", "2026-11-22T03:00:50.000000Z"),
+        ]
+        start = datetime.datetime(2026, 11, 22, 3, 0, 0, tzinfo=datetime.timezone.utc)
+        end = start + datetime.timedelta(seconds=60)
+        self.assertEqual(audit_verbs(lines, "watch", start, end), {"WATCH": 1, "LIST": 1})
+        self.assertEqual(audit_verbs(lines, "peer", start, end), {"WATCH": 1})
+        self.assertEqual(audit_verbs(lines, "peer", start, end, by_resource=True), {"WATCH samples": 1})
+        self.assertEqual(audit_verbs(lines, "loop", start, end), {})
+        # The baseline counts everyone but the bench.
+        self.assertEqual(audit_verbs(lines, "none", start, end), {"WATCH": 2, "LIST": 1, "UPDATE": 1})
 
 
 if __name__ == "__main__":

@@ -30,9 +30,19 @@ pub fn server() -> Option<&'static str> {
     SERVER.get().map(String::as_str)
 }
 
+/// What samplectl calls itself in requests, as `kubectl/v1.34.4 (linux/amd64)` does.
+pub fn user_agent() -> String {
+    format!("samplectl/{} ({}/{})", env!("CARGO_PKG_VERSION"), std::env::consts::OS, std::env::consts::ARCH)
+}
+
 impl Connection {
     pub async fn new(global: &GlobalArgs) -> Result<Self> {
-        let config = load_config(global.kubeconfig.as_deref(), global.context.as_deref()).await?;
+        let mut config = load_config(global.kubeconfig.as_deref(), global.context.as_deref()).await?;
+        // kube sends no User-Agent of its own; kubectl and client-go name themselves, and audit logs and
+        // API priority and fairness debugging rely on it.
+        if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
+            config.headers.push((http::header::USER_AGENT, value));
+        }
         let authority = config.cluster_url.authority().map(|a| a.to_string());
         let _ = SERVER.set(authority.unwrap_or_else(|| config.cluster_url.to_string()));
         let default_namespace = config.default_namespace.clone();
