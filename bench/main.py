@@ -16,7 +16,7 @@ PROFILES = {
     "full": {
         "idle": {"sizes": [100, 1000], "window": 60, "windows": 2},
         "reaction": {"count": 200, "reps": 2},
-        "convergence": {"sizes": [1000, 5000], "reps": {1000: 2, 5000: 2}},
+        "convergence": {"sizes": [1000, 5000], "reps": {1000: 2, 5000: 1}},
         "listing": {"objects": 10000, "runs": 5},
         "footprint": {"sizes": [1000, 10000], "reps": 2},
     },

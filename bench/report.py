@@ -117,7 +117,8 @@ def idle_section(results, w, verdicts, out):
       "`apiserver_watch_events_sizes` (watch events), which it keeps for no other responses and cannot "
       "attribute to a client: the baseline's quietest window is subtracted in the ratios below. "
       "kube-controller-manager is paused (SIGSTOP) during the windows so that its garbage collector's "
-      "lookups and watch renewals stay out of them. Start-up requests are the client's from its start "
+      "lookups and watch renewals stay out of them. Each client gets 10 s to start (the event-driven ones "
+      "also until their CPU use has gone quiet) before the windows. Start-up requests are the client's from its start "
       "until it went quiet, for reference.\n")
     w("| Samples | client | requests/min | by verb (median) | KiB sent/min | start-up requests |")
     w("|---:|---|---:|---|---:|---|")
