@@ -112,10 +112,16 @@ impl Context {
         self.events.flush(Duration::from_secs(5)).await;
     }
 
-    /// Makes the world match one Sample, writing only what differs. `child` is the ConfigMap a driver
-    /// already holds for it; without one, it is looked up, because a ConfigMap of that name may exist
-    /// without samplectl's label and must then be left alone.
-    pub async fn reconcile(&self, sample: &DynamicObject, child: Option<ConfigMap>) -> Result<Outcome, ReconcileError> {
+    /// Makes the world match one Sample, writing only what differs. `child` is the copy of its ConfigMap
+    /// a driver holds (from a list or a watch cache, so perhaps behind the API server). When that copy
+    /// says nothing needs writing, no request is made; when it is missing or says a write is due, the
+    /// ConfigMap is read from the API server first and decides, because a ConfigMap of that name may exist
+    /// without samplectl's label (and must be left alone) or the copy may predate samplectl's own write.
+    pub async fn reconcile(
+        &self,
+        sample: &DynamicObject,
+        child: Option<&ConfigMap>,
+    ) -> Result<Outcome, ReconcileError> {
         let started = std::time::Instant::now();
         self.metrics.in_flight.inc();
         let result = self.reconcile_once(sample, child).await;
@@ -133,7 +139,7 @@ impl Context {
     async fn reconcile_once(
         &self,
         sample: &DynamicObject,
-        child: Option<ConfigMap>,
+        child: Option<&ConfigMap>,
     ) -> Result<Outcome, ReconcileError> {
         if sample.metadata.deletion_timestamp.is_some() {
             return Ok(Outcome::Deleting);
@@ -143,12 +149,11 @@ impl Context {
         let name = sample.metadata.name.as_deref().unwrap_or_default();
         let fail = |action, source| ReconcileError { object: object.clone(), action, source };
         let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
-        let child = match child {
-            Some(child) => Some(child),
-            None => configmaps.get_opt(name).await.map_err(|e| fail("reading its ConfigMap", e))?,
-        };
-
-        let plan = plan(sample, &self.samples.ar, child.as_ref());
+        let mut plan = plan(sample, &self.samples.ar, child);
+        if !matches!(plan.child, ChildAction::None | ChildAction::Invalid) {
+            let live = configmaps.get_opt(name).await.map_err(|e| fail("reading its ConfigMap", e))?;
+            plan = sample::plan(sample, &self.samples.ar, live.as_ref());
+        }
         let mut readiness = plan.readiness;
         let mut failure = None;
         if let ChildAction::Create(body) | ChildAction::Update(body) = &plan.child {

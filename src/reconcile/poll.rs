@@ -114,10 +114,11 @@ impl Poll {
         let results: Vec<_> = futures::stream::iter(work)
             .take_while(|_| futures::future::ready(!*stop.borrow()))
             .map(|(sample, child)| async move {
-                let result = match tokio::time::timeout(RECONCILE_TIMEOUT, self.ctx.reconcile(&sample, child)).await {
-                    Ok(result) => result.map_err(|e| e.to_string()),
-                    Err(_) => Err(format!("reconcile did not finish within {}s", RECONCILE_TIMEOUT.as_secs())),
-                };
+                let result =
+                    match tokio::time::timeout(RECONCILE_TIMEOUT, self.ctx.reconcile(&sample, child.as_ref())).await {
+                        Ok(result) => result.map_err(|e| e.to_string()),
+                        Err(_) => Err(format!("reconcile did not finish within {}s", RECONCILE_TIMEOUT.as_secs())),
+                    };
                 (sample, result)
             })
             .buffer_unordered(self.concurrency.max(1))

@@ -1,18 +1,20 @@
 //! The watch-driven driver: kube-runtime's Controller over the Samples (as DynamicObject, with the
 //! discovered ApiResource so owner references match), owning the ConfigMaps samplectl labels, so a
-//! deleted or edited child brings its Sample back into the queue at once. Bounded concurrency, per-object
-//! exponential backoff on errors, and a periodic resync.
+//! deleted or edited child brings its Sample back into the queue at once. Both are cached (as
+//! controller-runtime caches them), so reconciling a converged Sample sends no request. Bounded
+//! concurrency, per-object exponential backoff on errors, and a periodic resync.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
 
 use super::sample::managed_selector;
@@ -35,6 +37,7 @@ struct Once {
 struct Shared {
     ctx: Arc<Context>,
     resync: Duration,
+    children: Store<ConfigMap>,
 }
 
 impl Watch {
@@ -48,12 +51,48 @@ impl Watch {
             None => (Api::all_with(client.clone(), &ar), Api::all(client)),
         };
 
+        // Two caches, as controller-runtime keeps them: the Samples, and the ConfigMaps samplectl labels,
+        // so that a converged Sample is reconciled without a request. managedFields are dropped from both:
+        // nothing here reads them, and they are much of each object's size.
+        let (children, children_writer) = reflector::store::<ConfigMap>();
+        // Readiness is signalled from the streams themselves, not with Store::wait_until_ready: kube's
+        // store wakes only the last of several waiters, and the Controller is already one of them.
+        let (children_listed, mut children_listed_rx) = watch::channel(false);
+        let child_events = watcher(configmaps, watcher::Config::default().labels(&managed_selector()))
+            .modify(|cm| cm.meta_mut().managed_fields = None)
+            .reflect(children_writer)
+            .inspect_ok(move |event| {
+                if matches!(event, watcher::Event::InitDone) {
+                    children_listed.send_replace(true);
+                }
+            })
+            .touched_objects();
+        let samples_writer = Writer::new(ar.clone());
+        let synced = samples_writer.as_reader();
+        let to_list = samples.clone();
+        let health = self.ctx.health.clone();
+        let sample_events = watcher(samples, watcher::Config::default())
+            .modify(|sample| sample.meta_mut().managed_fields = None)
+            .reflect(samples_writer)
+            .inspect_ok(move |event| {
+                if matches!(event, watcher::Event::InitDone) {
+                    // /readyz: this replica has seen every Sample.
+                    health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+            .applied_objects();
+        // Samples start flowing once the ConfigMap cache has its first full list, or every early
+        // reconcile would miss in it and read its ConfigMap from the API server instead.
+        let sample_events = stream::once(async move {
+            let _ = children_listed_rx.wait_for(|listed| *listed).await;
+            sample_events
+        })
+        .flatten();
+
         let (done_tx, mut done_rx) = watch::channel(false);
-        // One list of the Samples up front: what --once must get through, and the point from which
-        // /readyz reports this replica synced (the Controller's own store never says so to us).
-        let listed = samples.list(&Default::default()).await?;
-        self.ctx.health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
         let once = if once {
+            // The Samples that exist now are what --once must get through.
+            let listed = to_list.list(&Default::default()).await?;
             let pending: HashSet<_> = listed.items.iter().map(|s| ObjectRef::from_obj_with(s, ar.clone())).collect();
             if pending.is_empty() {
                 return Ok(Some(0));
@@ -70,10 +109,10 @@ impl Watch {
                 _ = done_rx.wait_for(|d| *d) => {}
             }
         };
-        let shared = Arc::new(Shared { ctx: self.ctx.clone(), resync: self.resync });
+        let shared = Arc::new(Shared { ctx: self.ctx.clone(), resync: self.resync, children });
         let tracker = once.clone();
-        Controller::new_with(samples, watcher::Config::default(), ar)
-            .owns(configmaps, watcher::Config::default().labels(&managed_selector()))
+        Controller::for_stream_with(sample_events, synced, ar)
+            .owns_stream(child_events)
             .with_config(controller::Config::default().concurrency(self.concurrency))
             .graceful_shutdown_on(shutdown)
             .run(reconcile, error_policy, shared)
@@ -119,7 +158,9 @@ enum Failure {
 }
 
 async fn reconcile(sample: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Failure> {
-    match shared.ctx.reconcile(&sample, None).await? {
+    let child = ObjectRef::new(&sample.name_any()).within(&sample.namespace().unwrap_or_default());
+    let child = shared.children.get(&child);
+    match shared.ctx.reconcile(&sample, child.as_deref()).await? {
         Outcome::NotReady => Err(Failure::NotReady),
         Outcome::Ready | Outcome::Deleting => Ok(Action::requeue(shared.resync)),
     }
