@@ -68,14 +68,8 @@ fn ready_counts(ns: &str) -> BTreeMap<String, usize> {
 /// only by apply; the counters cannot tell clients apart, and the garbage collector and namespace
 /// controller are still deleting earlier tests' objects (DELETE) while this one measures.
 fn server_writes() -> u64 {
-    let metrics = kubectl(&["get", "--raw", "/metrics"]).success().stdout;
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| l.contains(r#"resource="configmaps""#) || l.contains(r#"resource="samples""#))
-        .filter(|l| l.contains(r#"verb="APPLY""#))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    let applies = |resource: &str| support::apiserver_metric("apiserver_request_total", &[resource, r#"verb="APPLY""#]);
+    (applies(r#"resource="configmaps""#) + applies(r#"resource="samples""#)) as u64
 }
 
 #[test]

@@ -444,3 +444,15 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     Some((code, body))
 }
+
+/// The sum of a metric from the API server's /metrics over the series whose labels contain every one of
+/// `labels` (such as `verb="LIST"`): what the server itself counted, whichever client caused it.
+pub fn apiserver_metric(name: &str, labels: &[&str]) -> f64 {
+    let metrics = kubectl(&["get", "--raw", "/metrics"]).success().stdout;
+    let prefix = format!("{name}{{");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&prefix) && labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
