@@ -240,8 +240,9 @@ async fn crd_names_match(client: &Client, input: &str) -> bool {
     };
     list.items.iter().any(|crd| {
         let names = &crd.spec.names;
-        readings(input).iter().any(|(name, _, group)| {
+        readings(input).iter().any(|(name, version, group)| {
             group.as_ref().is_none_or(|g| *g == crd.spec.group)
+                && version.as_ref().is_none_or(|v| crd.spec.versions.iter().any(|cv| cv.name == *v && cv.served))
                 && (names.plural == *name
                     || names.singular.as_deref() == Some(name)
                     || names.kind.to_lowercase() == *name

@@ -41,7 +41,10 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
     let gvr = Gvr::parse(&args.gvr)?;
     let is_samples = gvr.group == "example.com" && gvr.resource == "samples";
     let resolved = match resolve_gvr(&conn.client, &gvr, &args.gvr).await {
-        Err(err) if is_samples && err.downcast_ref::<UnknownResource>().is_some() => return Err(CrdMissing.into()),
+        // Another version of Samples (example.com/v9/samples) is a resource the server lacks, not a missing CRD.
+        Err(err) if is_samples && gvr.version == "v1alpha1" && err.downcast_ref::<UnknownResource>().is_some() => {
+            return Err(CrdMissing.into());
+        }
         other => other?,
     };
     let namespace = namespace.filter(|_| resolved.namespaced).map(str::to_owned);

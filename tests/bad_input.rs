@@ -1,0 +1,89 @@
+//! Bad resource names through the binary, for every command that takes one: the message a user sees and
+//! the exit code (2 for a malformed name, 1 for a well-formed one the server does not serve). The parser's
+//! own cases are unit- and property-tested in src/resource.rs; this holds the whole path to them.
+
+mod support;
+
+use support::samplectl;
+
+const FORM: &str = "expected GROUP/VERSION/RESOURCE such as example.com/v1alpha1/samples";
+
+/// `--gvr` values, with the exit code and the start of the error line.
+fn bad_gvrs() -> Vec<(String, i32, String)> {
+    let long = format!("example.com/v1alpha1/{}", "s".repeat(300));
+    let usage = |gvr: &str, why: &str| (gvr.to_owned(), 2, format!("error: invalid --gvr {gvr:?}: {why}"));
+    vec![
+        usage("", "too few parts"),
+        usage("samples", "too few parts"),
+        usage("example.com/v1alpha1/samples/status/x", "too many parts"),
+        usage("example.com/v1alpha1/samples/status", "subresources such as samples/status cannot be listed"),
+        usage("example.com//samples", "empty part"),
+        usage("v1/config maps", "\"config maps\" is not a valid resource name"),
+        usage("example.com/v1alpha1/sämples", "\"sämples\" is not a valid resource name"),
+        usage("exämple.com/v1alpha1/samples", "\"exämple.com\" is not a valid API group"),
+        usage(&long, &format!("{:?} is not a valid resource name", "s".repeat(300))),
+        (
+            "example.com/v9/samples".to_owned(),
+            1,
+            "error: the server doesn't have a resource type \"example.com/v9/samples\"".to_owned(),
+        ),
+        (
+            "nosuch.example.com/v1/things".to_owned(),
+            1,
+            "error: the server doesn't have a resource type \"nosuch.example.com/v1/things\"".to_owned(),
+        ),
+    ]
+}
+
+/// Positional resource names (list and watch), with the exit code and the whole error line.
+fn bad_names() -> Vec<(String, i32, String)> {
+    let invalid = |name: &str| {
+        let line = format!(
+            "error: invalid resource name {name:?}: expected a name such as samples, smp or deployments.apps, or use --gvr"
+        );
+        (name.to_owned(), 2, line)
+    };
+    let unknown = |name: &str| (name.to_owned(), 1, format!("error: the server doesn't have a resource type {name:?}"));
+    vec![
+        invalid(""),
+        invalid("sam ples"),
+        invalid("samples/status"),
+        unknown("sämples"),
+        unknown(&"s".repeat(300)),
+        unknown("samples.v9.example.com"),
+        unknown("samples.nosuch.example.com"),
+    ]
+}
+
+#[test]
+fn bad_gvrs_are_refused_by_every_command() {
+    samplectl(&["install-crd"]).success();
+    for (gvr, code, message) in bad_gvrs() {
+        for command in ["list", "watch", "reconcile"] {
+            let mut args = vec![command, "--gvr", &gvr];
+            if command == "reconcile" {
+                args.push("--once");
+            }
+            let run = samplectl(&args);
+            assert_eq!(run.code, code, "{command} --gvr {gvr:?}: {run:#?}");
+            let line = run.stderr.lines().last().unwrap_or_default();
+            assert!(line.starts_with(&message), "{command} --gvr {gvr:?}: {line}");
+            if code == 2 {
+                assert!(line.contains(FORM), "{command} --gvr {gvr:?} shows the expected form: {line}");
+            }
+            assert_eq!(run.stdout, "", "{command} --gvr {gvr:?} prints no data");
+        }
+    }
+}
+
+#[test]
+fn bad_resource_names_are_refused_by_list_and_watch() {
+    samplectl(&["install-crd"]).success();
+    for (name, code, message) in bad_names() {
+        for command in ["list", "watch"] {
+            let run = samplectl(&[command, &name]);
+            assert_eq!((run.code, run.stderr.trim_end()), (code, message.as_str()), "{command} {name:?}");
+            assert_eq!(run.stdout, "", "{command} {name:?} prints no data");
+        }
+    }
+}
