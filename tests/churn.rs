@@ -3,7 +3,7 @@
 //! every Sample has exactly one ConfigMap with its current testString and is Ready for its current
 //! generation; no ConfigMap outlives its Sample once garbage collection has run; and ConfigMaps samplectl
 //! does not own were never written. The seed is printed so a failure can be replayed
-//! (SAMPLECTL_CHURN_SEED); SAMPLECTL_CHURN_SECONDS sets the length (default 60).
+//! (SAMPLECTL_CHURN_SEED); SAMPLECTL_CHURN_SECONDS sets the length (default 180).
 
 mod support;
 
@@ -140,7 +140,7 @@ fn churn_keeps_every_invariant() {
     let seed: u64 = std::env::var("SAMPLECTL_CHURN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
     });
-    let seconds: u64 = std::env::var("SAMPLECTL_CHURN_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let seconds: u64 = std::env::var("SAMPLECTL_CHURN_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(180);
     eprintln!("churn seed {seed} ({seconds} s); replay with SAMPLECTL_CHURN_SEED={seed}");
 
     let runs: Vec<(Namespace, Background)> = ["poll", "watch"]
