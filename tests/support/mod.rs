@@ -445,14 +445,14 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((code, body))
 }
 
-/// The sum of a metric from the API server's /metrics over the series whose labels contain every one of
-/// `labels` (such as `verb="LIST"`): what the server itself counted, whichever client caused it.
-pub fn apiserver_metric(name: &str, labels: &[&str]) -> f64 {
+/// The sum of a metric from the API server's /metrics over the series `wanted` picks by their text (such
+/// as those containing `verb="LIST"`): what the server itself counted, whichever client caused it.
+pub fn apiserver_metric(name: &str, wanted: impl Fn(&str) -> bool) -> f64 {
     let metrics = kubectl(&["get", "--raw", "/metrics"]).success().stdout;
     let prefix = format!("{name}{{");
     metrics
         .lines()
-        .filter(|l| l.starts_with(&prefix) && labels.iter().all(|label| l.contains(label)))
+        .filter(|l| l.starts_with(&prefix) && wanted(l))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
