@@ -57,6 +57,15 @@ fn api_status<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a St
     }
 }
 
+/// One kube error as a person reads it, with no Debug dump: kubectl's wording for what the API server
+/// sent back, else the error and its causes on one line.
+pub fn describe(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) => from_server(status),
+        other => join_causes(std::iter::successors(Some(other as &(dyn std::error::Error + 'static)), |e| e.source())),
+    }
+}
+
 /// kubectl's wording for errors the API server sent back (`Error from server (Reason): message`).
 fn from_server(status: &Status) -> String {
     if status.code == 401 {

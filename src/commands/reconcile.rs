@@ -27,9 +27,26 @@ use crate::resource::{Gvr, UnknownResource, resolve_gvr};
 )]
 pub struct CrdMissing;
 
+/// `--once` found Samples that are not Ready: says how many, and names a few with their reasons.
 #[derive(Debug, thiserror::Error)]
-#[error("{0} of the Samples are not Ready")]
-pub struct NotAllReady(usize);
+#[error("{}", not_ready_message(.0))]
+pub struct NotAllReady(Vec<String>);
+
+const NAMED: usize = 5;
+
+fn not_ready_message(samples: &[String]) -> String {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let (count, verb) = match sorted.len() {
+        1 => ("1 Sample".to_owned(), "is"),
+        n => (format!("{n} Samples"), "are"),
+    };
+    let mut named = sorted.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+    if sorted.len() > NAMED {
+        named.push_str(&format!(" and {} more", sorted.len() - NAMED));
+    }
+    format!("{count} {verb} not Ready: {named}")
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("lost the leader lease; stopped reconciling")]
@@ -125,9 +142,8 @@ async fn reconcile_samples(
         poll.run(args.once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
     };
     ctx.flush_events().await;
-    let not_ready = not_ready?;
-    match not_ready {
-        Some(n) if n > 0 => Err(NotAllReady(n).into()),
+    match not_ready? {
+        Some(samples) if !samples.is_empty() => Err(NotAllReady(samples).into()),
         _ => Ok(()),
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use events::EventQueue;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::Value;
@@ -27,22 +27,33 @@ use sample::{ChildAction, Readiness, desired_status, plan};
 
 pub const FIELD_MANAGER: &str = "samplectl";
 
+/// How long one request may take. kube sets no read timeout, so without this a request on a half-open
+/// connection (or to a frozen API server) would never end and would hold its concurrency slot for good.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one Sample's reconcile (a few requests) may take before it counts as failed.
+pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How one reconcile of a Sample ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Ready,
-    NotReady,
+    /// Not Ready because of the Sample itself, not a failure to retry: the status says why, and this is
+    /// the reason it gives.
+    NotReady(String),
+    /// Not Ready because a ConfigMap of its name is someone else's; nothing will change that but a
+    /// change to that ConfigMap, which the watch driver hears of and the poll driver checks with backoff.
+    Conflict,
     /// Being deleted: garbage collection removes its ConfigMap, nothing to do.
     Deleting,
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("{action} for {object}: {source}")]
+#[error("{object}: {action}: {message}")]
 pub struct ReconcileError {
     pub object: String,
     pub action: &'static str,
-    #[source]
-    pub source: kube::Error,
+    /// What went wrong, as a person reads it (kubectl's wording for server errors).
+    pub message: String,
 }
 
 /// What every reconcile needs: the client, the discovered Sample resource, the event recorder, and the
@@ -58,6 +69,10 @@ pub struct Context {
     /// computed from. The watch driver can be handed that same, now stale, version again before its cache
     /// sees the write; this keeps it from writing the same status twice.
     written: Mutex<HashMap<String, (String, Value)>>,
+    /// The ConfigMap samplectl last wrote for each Sample (by uid), until the driver's copy of the
+    /// ConfigMaps has seen it: a Sample reconciled again in between then needs no request to know its
+    /// ConfigMap is there and current.
+    children_written: Mutex<HashMap<String, ConfigMap>>,
 }
 
 /// Exponential per-object backoff: 1s, 2s, 4s ... capped at 5 minutes.
@@ -73,6 +88,65 @@ fn key(sample: &DynamicObject) -> String {
     )
 }
 
+fn uid(sample: &DynamicObject) -> String {
+    sample.metadata.uid.clone().unwrap_or_default()
+}
+
+/// Runs one request with [`REQUEST_TIMEOUT`], and words its failure for a person.
+async fn bounded<T>(request: impl Future<Output = kube::Result<T>>) -> Result<T, Failed> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(Failed::Api(err)),
+        Err(_) => Err(Failed::TimedOut),
+    }
+}
+
+/// A request that did not succeed.
+enum Failed {
+    Api(kube::Error),
+    TimedOut,
+}
+
+impl Failed {
+    fn status(&self) -> Option<u16> {
+        match self {
+            Failed::Api(kube::Error::Api(status)) => Some(status.code),
+            _ => None,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Failed::Api(err) => crate::error::describe(err),
+            Failed::TimedOut => format!("the API server did not answer within {}s", REQUEST_TIMEOUT.as_secs()),
+        }
+    }
+}
+
+/// What writing the child came to.
+enum ChildOutcome {
+    Unchanged,
+    Created,
+    Updated,
+    /// A ConfigMap of that name is not this Sample's: the readiness to report.
+    Conflict(Readiness),
+}
+
+/// Compares two statuses as written, leaving out `lastTransitionTime`: two reconciles of the same Sample
+/// version a second apart compute different times for the same transition.
+fn same_status(a: &Value, b: &Value) -> bool {
+    let strip = |status: &Value| {
+        let mut status = status.clone();
+        for condition in status["conditions"].as_array_mut().into_iter().flatten() {
+            if let Some(condition) = condition.as_object_mut() {
+                condition.remove("lastTransitionTime");
+            }
+        }
+        status
+    };
+    strip(a) == strip(b)
+}
+
 impl Context {
     pub fn new(client: Client, samples: Resolved, metrics: Arc<Metrics>, health: Arc<Health>) -> Self {
         let reporter = Reporter { controller: "samplectl".into(), instance: hostname() };
@@ -85,20 +159,45 @@ impl Context {
             events: EventQueue::new(recorder),
             failures: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            children_written: Mutex::new(HashMap::new()),
         }
     }
 
     /// Counts a failure of `sample` and says how long to wait before trying it again.
     pub fn failed(&self, sample: &DynamicObject) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = failures.entry(sample.metadata.uid.clone().unwrap_or_default()).or_default();
+        let n = failures.entry(uid(sample)).or_default();
         *n += 1;
         backoff_delay(*n)
     }
 
     fn succeeded(&self, sample: &DynamicObject) {
-        let uid = sample.metadata.uid.as_deref().unwrap_or_default();
-        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid(sample));
+    }
+
+    /// The driver's copy of the ConfigMaps has seen a change to the child of the Sample with this uid (or
+    /// has been relisted, for `None`): from now on that copy is at least as new as what samplectl wrote.
+    pub fn child_seen(&self, sample_uid: Option<&str>) {
+        let mut written = self.children_written.lock().unwrap_or_else(|e| e.into_inner());
+        match sample_uid {
+            Some(uid) => {
+                written.remove(uid);
+            }
+            None => written.clear(),
+        }
+    }
+
+    /// The Sample with this uid is gone: forget what was written for it.
+    pub fn sample_gone(&self, sample_uid: &str) {
+        self.child_seen(Some(sample_uid));
+        self.written.lock().unwrap_or_else(|e| e.into_inner()).remove(sample_uid);
+        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(sample_uid);
+    }
+
+    /// Forgets everything remembered about the Samples, for a driver that has just listed them afresh.
+    pub fn relisted(&self) {
+        self.child_seen(None);
+        self.written.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     fn event(&self, sample: &DynamicObject, type_: EventType, reason: &str, note: String) {
@@ -112,11 +211,9 @@ impl Context {
         self.events.flush(Duration::from_secs(5)).await;
     }
 
-    /// Makes the world match one Sample, writing only what differs. `child` is the copy of its ConfigMap
-    /// a driver holds (from a list or a watch cache, so perhaps behind the API server). When that copy
-    /// says nothing needs writing, no request is made; when it is missing or says a write is due, the
-    /// ConfigMap is read from the API server first and decides, because a ConfigMap of that name may exist
-    /// without samplectl's label (and must be left alone) or the copy may predate samplectl's own write.
+    /// Makes the world match one Sample, writing only what differs, within [`RECONCILE_TIMEOUT`].
+    /// `child` is the copy of its ConfigMap a driver holds (from a list or a watch cache, so perhaps
+    /// behind the API server); when it says nothing needs writing, no request is made.
     pub async fn reconcile(
         &self,
         sample: &DynamicObject,
@@ -124,16 +221,83 @@ impl Context {
     ) -> Result<Outcome, ReconcileError> {
         let started = std::time::Instant::now();
         self.metrics.in_flight.inc();
-        let result = self.reconcile_once(sample, child).await;
+        let result = match tokio::time::timeout(RECONCILE_TIMEOUT, self.reconcile_once(sample, child)).await {
+            Ok(result) => result,
+            Err(_) => Err(ReconcileError {
+                object: key(sample),
+                action: "reconciling",
+                message: format!("did not finish within {}s", RECONCILE_TIMEOUT.as_secs()),
+            }),
+        };
         self.metrics.in_flight.dec();
         let label = match &result {
             Ok(Outcome::Ready) => "ready",
-            Ok(Outcome::NotReady) => "not_ready",
+            Ok(Outcome::NotReady(_) | Outcome::Conflict) => "not_ready",
             Ok(Outcome::Deleting) => "deleting",
             Err(_) => "error",
         };
         self.metrics.reconciled(label, started.elapsed());
         result
+    }
+
+    /// Writes the child so that no interleaving can take over a ConfigMap that is not this Sample's: a
+    /// missing one is created with a POST, which fails if the name was taken in the meantime, and an
+    /// existing one is written only with its uid and resourceVersion as a precondition, so that a
+    /// ConfigMap which changed hands (or just changed) since it was read is never written. Either failure
+    /// sends samplectl back to the API server for the ConfigMap as it is, and the plan is made again.
+    async fn write_child(
+        &self,
+        sample: &DynamicObject,
+        configmaps: &Api<ConfigMap>,
+        child: Option<ConfigMap>,
+    ) -> Result<ChildOutcome, (&'static str, Failed)> {
+        let name = sample.metadata.name.as_deref().unwrap_or_default();
+        let mut seen = child;
+        // The copy in hand, then the live object at most twice: a ConfigMap that changes under every
+        // attempt is left to the retry backoff rather than fought over.
+        for attempt in 0..3 {
+            let planned = plan(sample, &self.samples.ar, seen.as_ref());
+            let creating = matches!(planned.child, ChildAction::Create(_));
+            let result = match planned.child {
+                ChildAction::None | ChildAction::Invalid => return Ok(ChildOutcome::Unchanged),
+                ChildAction::Conflict => return Ok(ChildOutcome::Conflict(planned.readiness)),
+                ChildAction::Create(body) => {
+                    let cm: ConfigMap = serde_json::from_value(body).expect("the desired ConfigMap is a ConfigMap");
+                    let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
+                    bounded(configmaps.create(&params, &cm)).await.map(|cm| (cm, ChildOutcome::Created))
+                }
+                ChildAction::Update(mut body) => {
+                    let current = seen.as_ref().map(|cm| &cm.metadata);
+                    body["metadata"]["uid"] = current.and_then(|m| m.uid.clone()).into();
+                    body["metadata"]["resourceVersion"] = current.and_then(|m| m.resource_version.clone()).into();
+                    let params = PatchParams::apply(FIELD_MANAGER).force();
+                    bounded(configmaps.patch(name, &params, &Patch::Apply(&body)))
+                        .await
+                        .map(|cm| (cm, ChildOutcome::Updated))
+                }
+            };
+            match result {
+                Ok((mut written, outcome)) => {
+                    written.metadata.managed_fields = None;
+                    let mut children = self.children_written.lock().unwrap_or_else(|e| e.into_inner());
+                    children.insert(uid(sample), written);
+                    return Ok(outcome);
+                }
+                // A create's 409: the name was taken. An update's 409: the ConfigMap is not the version
+                // read, or is gone (uid mismatch); its 422: replaced by one with another uid (immutable).
+                // Either way, look again, unless out of tries.
+                Err(failed)
+                    if attempt < 2
+                        && (failed.status() == Some(409)
+                            || (!creating && matches!(failed.status(), Some(404 | 422)))) =>
+                {
+                    self.child_seen(Some(&uid(sample)));
+                    seen = bounded(configmaps.get_opt(name)).await.map_err(|f| ("reading its ConfigMap", f))?;
+                }
+                Err(failed) => return Err(("writing its ConfigMap", failed)),
+            }
+        }
+        unreachable!("the last attempt returns")
     }
 
     async fn reconcile_once(
@@ -147,49 +311,58 @@ impl Context {
         let object = key(sample);
         let ns = sample.metadata.namespace.as_deref().unwrap_or_default();
         let name = sample.metadata.name.as_deref().unwrap_or_default();
-        let fail = |action, source| ReconcileError { object: object.clone(), action, source };
+        let uid = uid(sample);
         let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
-        let mut plan = plan(sample, &self.samples.ar, child);
-        if !matches!(plan.child, ChildAction::None | ChildAction::Invalid) {
-            let live = configmaps.get_opt(name).await.map_err(|e| fail("reading its ConfigMap", e))?;
-            plan = sample::plan(sample, &self.samples.ar, live.as_ref());
-        }
-        let mut readiness = plan.readiness;
+        let child = match child {
+            Some(child) => Some(child.clone()),
+            None => self.children_written.lock().unwrap_or_else(|e| e.into_inner()).get(&uid).cloned(),
+        };
+        let mut readiness = plan(sample, &self.samples.ar, child.as_ref()).readiness;
         let mut failure = None;
-        if let ChildAction::Create(body) | ChildAction::Update(body) = &plan.child {
-            let created = matches!(plan.child, ChildAction::Create(_));
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            match configmaps.patch(name, &params, &Patch::Apply(body)).await {
-                Ok(_) => {
-                    let (word, reason) =
-                        if created { ("created", "ConfigMapCreated") } else { ("updated", "ConfigMapUpdated") };
-                    tracing::info!(namespace = ns, name, outcome = word, "{object}: configmap {word}");
-                    self.event(sample, EventType::Normal, reason, format!("ConfigMap {name} {word}"));
-                }
-                Err(err) => {
-                    readiness = Readiness::not_ready(
-                        "ApplyFailed",
-                        format!("cannot apply ConfigMap {name}: {}", api_message(&err)),
-                    );
-                    failure = Some(fail("applying its ConfigMap", err));
-                }
+        let mut conflict = false;
+        match self.write_child(sample, &configmaps, child).await {
+            Ok(ChildOutcome::Unchanged) => {}
+            Ok(outcome @ (ChildOutcome::Created | ChildOutcome::Updated)) => {
+                let (word, reason) = match outcome {
+                    ChildOutcome::Created => ("created", "ConfigMapCreated"),
+                    _ => ("updated", "ConfigMapUpdated"),
+                };
+                tracing::info!(namespace = ns, name, outcome = word, "{object}: configmap {word}");
+                self.event(sample, EventType::Normal, reason, format!("ConfigMap {name} {word}"));
+            }
+            Ok(ChildOutcome::Conflict(why)) => {
+                readiness = why;
+                conflict = true;
+            }
+            Err((action, failed)) => {
+                let message = failed.message();
+                readiness = Readiness::not_ready("ApplyFailed", format!("cannot write ConfigMap {name}: {message}"));
+                failure = Some(ReconcileError { object: object.clone(), action, message });
             }
         }
 
         let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH).to_string();
-        let uid = sample.metadata.uid.clone().unwrap_or_default();
         let version = sample.metadata.resource_version.clone().unwrap_or_default();
         let status = desired_status(sample, &self.samples.ar, &readiness, &now).filter(|body| {
-            let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-            written.get(&uid).is_none_or(|(v, status)| *v != version || *status != body["status"])
+            let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+            match written.get(&uid) {
+                Some((v, status)) if *v == version => !same_status(status, &body["status"]),
+                // A newer version of the Sample has been seen: what was written for an older one is moot.
+                Some(_) => {
+                    written.remove(&uid);
+                    true
+                }
+                None => true,
+            }
         });
         if let Some(body) = status {
             let samples: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &self.samples.ar);
             let params = PatchParams::apply(FIELD_MANAGER).force();
-            samples
-                .patch_status(name, &params, &Patch::Apply(&body))
-                .await
-                .map_err(|e| fail("writing its status", e))?;
+            bounded(samples.patch_status(name, &params, &Patch::Apply(&body))).await.map_err(|f| ReconcileError {
+                object: object.clone(),
+                action: "writing its status",
+                message: f.message(),
+            })?;
             let written = (version, body["status"].clone());
             self.written.lock().unwrap_or_else(|e| e.into_inner()).insert(uid, written);
             let status = if readiness.ready { "True" } else { "False" };
@@ -199,8 +372,9 @@ impl Context {
                 outcome = "status",
                 ready = readiness.ready,
                 reason = readiness.reason.as_str(),
-                "{object}: status Ready={status} ({})",
-                readiness.reason
+                "{object}: status Ready={status} ({}: {})",
+                readiness.reason,
+                readiness.message
             );
             if !readiness.ready {
                 self.event(sample, EventType::Warning, &readiness.reason, readiness.message.clone());
@@ -210,14 +384,11 @@ impl Context {
             return Err(failure);
         }
         self.succeeded(sample);
-        Ok(if readiness.ready { Outcome::Ready } else { Outcome::NotReady })
-    }
-}
-
-fn api_message(err: &kube::Error) -> String {
-    match err {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
+        Ok(match (readiness.ready, conflict) {
+            (true, _) => Outcome::Ready,
+            (false, true) => Outcome::Conflict,
+            (false, false) => Outcome::NotReady(readiness.reason),
+        })
     }
 }
 

@@ -1,19 +1,23 @@
 //! The polling driver: the original list-every-second loop done right. Each tick lists the Samples and
 //! the ConfigMaps samplectl manages (by label), decides without further requests which Samples differ
-//! from what they want, and reconciles only those, a few at a time, skipping any still backing off.
+//! from what they want, and starts reconciles for those, a few at a time. A tick does not wait for the
+//! reconciles it started: one slow Sample holds one slot, not the next tick, and a Sample whose
+//! reconcile is still running is not started again. Failures back off per Sample; a Sample blocked by
+//! someone else's ConfigMap is looked at again with a backoff of its own, capped at
+//! [`CONFLICT_RECHECK_MAX`], rather than costing a request every tick.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, ListParams};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::sample::{ChildAction, desired_status, managed_selector, plan};
-use super::{Context, Outcome};
+use super::{Context, Outcome, REQUEST_TIMEOUT, ReconcileError};
 
 pub struct Poll {
     pub ctx: Arc<Context>,
@@ -22,21 +26,18 @@ pub struct Poll {
     pub concurrency: usize,
 }
 
-/// What one pass found: how many Samples, how many Ready, and how many reconciles failed.
-#[derive(Debug, Default, Clone, Copy)]
+/// What a `--once` pass found: how many Samples, and the ones not Ready with why.
+#[derive(Debug, Default, Clone)]
 pub struct Pass {
     pub samples: usize,
-    pub not_ready: usize,
-    pub failed: usize,
+    pub not_ready: Vec<String>,
 }
 
 const PAGE: u32 = 500;
 
-/// How long one request of a pass may take. kube sets no read timeout, so without this a frozen API
-/// server (one that accepts connections but never answers) would hold a pass forever.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long one Sample's reconcile (a few requests) may take before it counts as failed.
-const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest wait before a Sample blocked by another's ConfigMap is looked at again: how long it may
+/// take, once that ConfigMap is deleted, for the Sample to become Ready.
+pub const CONFLICT_RECHECK_MAX: Duration = Duration::from_secs(10);
 
 async fn list_all<K>(api: &Api<K>, lp: ListParams) -> anyhow::Result<Vec<K>>
 where
@@ -47,13 +48,51 @@ where
     loop {
         let page = tokio::time::timeout(REQUEST_TIMEOUT, api.list(&lp))
             .await
-            .map_err(|_| anyhow::anyhow!("the API server did not answer within {}s", REQUEST_TIMEOUT.as_secs()))??;
+            .map_err(|_| anyhow::anyhow!("the API server did not answer within {}s", REQUEST_TIMEOUT.as_secs()))?
+            .map_err(|e| anyhow::anyhow!(crate::error::describe(&e)))?;
         items.extend(page.items);
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => lp = lp.continue_token(&token),
             None => return Ok(items),
         }
     }
+}
+
+/// When a Sample may be looked at again, and why it waits.
+struct Waiting {
+    until: Instant,
+    /// Consecutive conflicts, for the recheck backoff (0 for a failure, whose backoff the context keeps).
+    conflicts: u32,
+}
+
+/// One reconcile, as it ended.
+type Done = (DynamicObject, Result<Outcome, ReconcileError>);
+
+/// The driver's state across ticks.
+struct State {
+    waiting: HashMap<String, Waiting>,
+    running: HashSet<String>,
+    tasks: JoinSet<Done>,
+    slots: Arc<Semaphore>,
+    /// For `--once`: the Samples found not Ready.
+    not_ready: Vec<String>,
+}
+
+fn uid(sample: &DynamicObject) -> String {
+    sample.metadata.uid.clone().unwrap_or_default()
+}
+
+fn key(sample: &DynamicObject) -> String {
+    format!(
+        "{}/{}",
+        sample.metadata.namespace.as_deref().unwrap_or_default(),
+        sample.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The recheck delay after `n` conflicts in a row: 1s, 2s, 4s, 8s, then [`CONFLICT_RECHECK_MAX`].
+pub fn conflict_delay(n: u32) -> Duration {
+    Duration::from_secs(1u64 << n.saturating_sub(1).min(4)).min(CONFLICT_RECHECK_MAX)
 }
 
 impl Poll {
@@ -66,13 +105,12 @@ impl Poll {
         }
     }
 
-    /// One full pass. `retry_at` holds the Samples backing off after failures (by uid).
-    pub async fn pass(
-        &self,
-        retry_at: &mut HashMap<String, Instant>,
-        stop: &watch::Receiver<bool>,
-    ) -> anyhow::Result<Pass> {
+    /// Lists, and starts a reconcile for each Sample that differs from what it wants and is neither
+    /// running nor waiting. Returns how many Samples there are.
+    async fn tick(&self, state: &mut State, once: bool) -> anyhow::Result<usize> {
         let (samples_api, configmaps_api) = self.apis();
+        // A list made after a write has seen it: what was remembered about earlier writes is moot.
+        self.ctx.relisted();
         let samples = list_all(&samples_api, ListParams::default()).await?;
         let configmaps = list_all(&configmaps_api, ListParams::default().labels(&managed_selector())).await?;
         let mut children: HashMap<(String, String), ConfigMap> = configmaps
@@ -83,15 +121,17 @@ impl Poll {
             .collect();
 
         let now = Instant::now();
-        let mut pass = Pass { samples: samples.len(), ..Pass::default() };
-        let mut work = Vec::new();
+        let count = samples.len();
+        let present: HashSet<String> = samples.iter().map(uid).collect();
+        state.waiting.retain(|uid, _| present.contains(uid));
+        let mut started = 0;
         for sample in samples {
-            let uid = sample.metadata.uid.clone().unwrap_or_default();
+            let uid = uid(&sample);
             let child = children.remove(&(
                 sample.metadata.namespace.clone().unwrap_or_default(),
                 sample.metadata.name.clone().unwrap_or_default(),
             ));
-            if sample.metadata.deletion_timestamp.is_some() {
+            if sample.metadata.deletion_timestamp.is_some() || state.running.contains(&uid) {
                 continue;
             }
             let planned = plan(&sample, &self.ctx.samples.ar, child.as_ref());
@@ -99,76 +139,111 @@ impl Poll {
                 && planned.child == ChildAction::None
                 && desired_status(&sample, &self.ctx.samples.ar, &planned.readiness, "").is_none();
             if converged {
-                pass.not_ready += usize::from(!planned.readiness.ready);
+                state.waiting.remove(&uid);
+                if once && !planned.readiness.ready {
+                    state.not_ready.push(format!("{} ({})", key(&sample), planned.readiness.reason));
+                }
                 continue;
             }
-            if retry_at.get(&uid).is_some_and(|at| *at > now) {
-                pass.not_ready += 1;
+            if !once && state.waiting.get(&uid).is_some_and(|w| w.until > now) {
                 continue;
             }
-            work.push((sample, child));
-        }
-
-        self.ctx.metrics.backlog.set(work.len() as i64);
-        // Stop taking new Samples once shutdown is asked for; those already started finish.
-        let results: Vec<_> = futures::stream::iter(work)
-            .take_while(|_| futures::future::ready(!*stop.borrow()))
-            .map(|(sample, child)| async move {
-                let result =
-                    match tokio::time::timeout(RECONCILE_TIMEOUT, self.ctx.reconcile(&sample, child.as_ref())).await {
-                        Ok(result) => result.map_err(|e| e.to_string()),
-                        Err(_) => Err(format!("reconcile did not finish within {}s", RECONCILE_TIMEOUT.as_secs())),
-                    };
+            state.running.insert(uid);
+            started += 1;
+            let (ctx, slots) = (self.ctx.clone(), state.slots.clone());
+            state.tasks.spawn(async move {
+                let _slot = slots.acquire_owned().await.expect("the semaphore is never closed");
+                let result = ctx.reconcile(&sample, child.as_ref()).await;
                 (sample, result)
-            })
-            .buffer_unordered(self.concurrency.max(1))
-            .collect()
-            .await;
-        for (sample, result) in results {
-            let uid = sample.metadata.uid.clone().unwrap_or_default();
-            match result {
-                Ok(Outcome::Ready) => {
-                    retry_at.remove(&uid);
-                }
-                Ok(Outcome::NotReady) => {
-                    retry_at.remove(&uid);
-                    pass.not_ready += 1;
-                }
-                Ok(Outcome::Deleting) => {}
-                Err(err) => {
-                    let delay = self.ctx.failed(&sample);
-                    tracing::warn!(error = %err, "{err}; retrying in {}s", delay.as_secs());
-                    retry_at.insert(uid, Instant::now() + delay);
-                    pass.not_ready += 1;
-                    pass.failed += 1;
-                }
-            }
+            });
         }
-        Ok(pass)
+        self.ctx.metrics.backlog.set(started);
+        Ok(count)
     }
 
-    /// Passes every `interval` until `stop` turns true. With `once`, one pass and its result.
+    fn finished(&self, state: &mut State, (sample, result): Done, once: bool) {
+        let uid = uid(&sample);
+        state.running.remove(&uid);
+        let not_ready = match result {
+            Ok(Outcome::Ready | Outcome::Deleting) => {
+                state.waiting.remove(&uid);
+                None
+            }
+            Ok(Outcome::NotReady(reason)) => {
+                state.waiting.remove(&uid);
+                Some(reason)
+            }
+            Ok(Outcome::Conflict) => {
+                let conflicts = state.waiting.get(&uid).map_or(0, |w| w.conflicts) + 1;
+                let until = Instant::now() + conflict_delay(conflicts);
+                state.waiting.insert(uid, Waiting { until, conflicts });
+                Some("ConfigMapConflict".to_owned())
+            }
+            Err(err) => {
+                let delay = self.ctx.failed(&sample);
+                tracing::warn!("{err}; retrying in {}s", delay.as_secs());
+                state.waiting.insert(uid, Waiting { until: Instant::now() + delay, conflicts: 0 });
+                Some(format!("{}: {}", err.action, err.message))
+            }
+        };
+        if let (true, Some(reason)) = (once, not_ready) {
+            state.not_ready.push(format!("{} ({reason})", key(&sample)));
+        }
+    }
+
+    /// Ticks every `interval` until `stop` turns true, then lets the reconciles already running finish.
+    /// With `once`, one tick, and the result once its reconciles are done.
     pub async fn run(&self, once: bool, mut stop: watch::Receiver<bool>) -> anyhow::Result<Option<Pass>> {
-        let mut retry_at = HashMap::new();
+        let mut state = State {
+            waiting: HashMap::new(),
+            running: HashSet::new(),
+            tasks: JoinSet::new(),
+            slots: Arc::new(Semaphore::new(self.concurrency.max(1))),
+            not_ready: Vec::new(),
+        };
         loop {
             let started = Instant::now();
-            let pass = self.pass(&mut retry_at, &stop).await;
-            if pass.is_ok() {
+            let tick = self.tick(&mut state, once).await;
+            if tick.is_ok() {
                 self.ctx.health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
             }
-            match pass {
-                Ok(pass) if once => return Ok(Some(pass)),
-                Ok(pass) => tracing::debug!(samples = pass.samples, not_ready = pass.not_ready, "pass done"),
+            match tick {
+                Ok(samples) if once => {
+                    while let Some(done) = state.tasks.join_next().await {
+                        self.finished(&mut state, done?, true);
+                    }
+                    return Ok(Some(Pass { samples, not_ready: std::mem::take(&mut state.not_ready) }));
+                }
+                Ok(samples) => tracing::debug!(samples, running = state.running.len(), "tick done"),
                 Err(err) if once => return Err(err),
                 Err(err) => tracing::warn!("cannot list Samples and their ConfigMaps: {err:#}"),
             }
-            if *stop.borrow() {
-                return Ok(None);
-            }
-            tokio::select! {
-                () = tokio::time::sleep_until(started + self.interval) => {}
-                _ = stop.wait_for(|stopped| *stopped) => return Ok(None),
+            let next = tokio::time::sleep_until(started + self.interval);
+            tokio::pin!(next);
+            loop {
+                tokio::select! {
+                    () = &mut next => break,
+                    Some(done) = state.tasks.join_next() => self.finished(&mut state, done?, false),
+                    _ = stop.wait_for(|stopped| *stopped) => {
+                        // Reconciles already running finish (each is bounded by its own timeout).
+                        while let Some(done) = state.tasks.join_next().await {
+                            self.finished(&mut state, done?, false);
+                        }
+                        return Ok(None);
+                    }
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflicts_are_rechecked_less_often_up_to_a_cap() {
+        let delays: Vec<u64> = (1..=7).map(|n| conflict_delay(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 10, 10, 10]);
     }
 }

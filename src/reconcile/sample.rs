@@ -49,6 +49,20 @@ fn namespace(sample: &DynamicObject) -> &str {
     sample.metadata.namespace.as_deref().unwrap_or_default()
 }
 
+/// Label values stop at 63 characters; Sample names go up to 253.
+const LABEL_VALUE_MAX: usize = 63;
+
+/// The labels of a Sample's ConfigMap. The Sample's name is a label only when it fits in one: a longer
+/// name would make every write fail (422), and the controller selects children by the managed-by label
+/// and their owner reference, never by this one.
+fn child_labels(sample: &DynamicObject) -> Value {
+    let mut labels = json!({ MANAGED_BY_LABEL: MANAGED_BY });
+    if name(sample).len() <= LABEL_VALUE_MAX {
+        labels[SAMPLE_LABEL] = name(sample).into();
+    }
+    labels
+}
+
 /// The ConfigMap a Sample wants, as a server-side apply body: only the fields samplectl owns.
 pub fn desired_configmap(sample: &DynamicObject, ar: &ApiResource, value: &str) -> Value {
     json!({
@@ -57,7 +71,7 @@ pub fn desired_configmap(sample: &DynamicObject, ar: &ApiResource, value: &str) 
         "metadata": {
             "name": name(sample),
             "namespace": namespace(sample),
-            "labels": { MANAGED_BY_LABEL: MANAGED_BY, SAMPLE_LABEL: name(sample) },
+            "labels": child_labels(sample),
             "ownerReferences": [{
                 "apiVersion": ar.api_version,
                 "kind": ar.kind,
@@ -155,13 +169,34 @@ pub fn plan(sample: &DynamicObject, ar: &ApiResource, child: Option<&ConfigMap>)
         None => Plan { child: ChildAction::Create(desired), readiness: ready },
         Some(cm) if !controlled_by(cm, uid) => Plan {
             child: ChildAction::Conflict,
-            readiness: Readiness::not_ready(
-                "ConfigMapConflict",
-                format!("ConfigMap {cm_name} exists and is not controlled by this Sample; samplectl leaves it alone"),
-            ),
+            readiness: Readiness::not_ready("ConfigMapConflict", conflict_message(cm, &cm_name, ar)),
         },
         Some(cm) if up_to_date(cm, &desired) => Plan { child: ChildAction::None, readiness: ready },
         Some(_) => Plan { child: ChildAction::Update(desired), readiness: ready },
+    }
+}
+
+/// Why a ConfigMap of the Sample's name is not this Sample's, in words that say what to do about it.
+fn conflict_message(cm: &ConfigMap, cm_name: &str, ar: &ApiResource) -> String {
+    let controller = cm.metadata.owner_references.iter().flatten().find(|r| r.controller == Some(true));
+    let labelled =
+        cm.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(MANAGED_BY);
+    let name = cm.metadata.name.as_deref().unwrap_or_default();
+    match controller {
+        Some(owner) if owner.kind == ar.kind && owner.api_version == ar.api_version && owner.name == name => format!(
+            "ConfigMap {cm_name} belongs to an earlier {} of this name (uid {}); it is replaced once garbage \
+             collection has deleted it",
+            ar.kind, owner.uid
+        ),
+        Some(owner) => format!(
+            "ConfigMap {cm_name} exists and is controlled by {} {}; samplectl leaves it alone",
+            owner.kind, owner.name
+        ),
+        None if labelled => format!(
+            "ConfigMap {cm_name} was left behind without an owner (an orphaning delete?); samplectl does not \
+             adopt it: delete it to have it recreated"
+        ),
+        None => format!("ConfigMap {cm_name} exists and is not controlled by this Sample; samplectl leaves it alone"),
     }
 }
 

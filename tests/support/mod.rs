@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::Value;
 
+pub mod hang;
+
 pub struct Cluster {
     pub kubeconfig: PathBuf,
 }
@@ -143,9 +145,14 @@ pub fn kubeconfig_variant(dir: &Path, name: &str, edit: impl Fn(&str) -> String)
 /// samplectl against the local cluster, running in the background with stdout and stderr piped.
 pub fn samplectl_spawn(args: &[&str]) -> std::process::Child {
     let kubeconfig = cluster().kubeconfig.to_str().unwrap();
+    let mut all = vec!["--kubeconfig", kubeconfig];
+    all.extend_from_slice(args);
+    samplectl_spawn_bare(&all)
+}
+
+/// samplectl with only the arguments given, in the background with stdout and stderr piped.
+pub fn samplectl_spawn_bare(args: &[&str]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_samplectl"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
         .args(args)
         .env_remove("KUBECONFIG")
         .env_remove("RUST_LOG")
@@ -312,21 +319,31 @@ impl Watcher {
     }
 }
 
-/// Compacts etcd at its current revision, so every older resourceVersion is gone for good.
-pub fn compact_etcd() {
+/// A request to etcd's JSON gateway, straight past the API server.
+fn etcd_post(path: &str, body: &str) -> Value {
     let ports = std::fs::read_to_string(cluster().kubeconfig.parent().unwrap().join("ports")).unwrap();
     let port = ports.lines().find_map(|l| l.strip_prefix("ETCD_PORT=")).expect("ETCD_PORT in the ports file");
-    let post = |path: &str, body: &str| -> Value {
-        let out = Command::new("curl")
-            .args(["-sS", "-X", "POST", &format!("http://127.0.0.1:{port}{path}"), "-d", body])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
-    // etcd's JSON gateway: a range request (any key, base64) reports the current revision.
-    let revision = post("/v3/kv/range", r#"{"key":"Zm9v"}"#)["header"]["revision"].as_str().unwrap().to_owned();
-    post("/v3/kv/compaction", &format!(r#"{{"revision":"{revision}","physical":true}}"#));
+    let out = Command::new("curl")
+        .args(["-sS", "-X", "POST", &format!("http://127.0.0.1:{port}{path}"), "-d", body])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Compacts etcd at its current revision, so every older resourceVersion is gone for good.
+pub fn compact_etcd() {
+    // A range request (any key, base64) reports the current revision.
+    let revision = etcd_post("/v3/kv/range", r#"{"key":"Zm9v"}"#)["header"]["revision"].as_str().unwrap().to_owned();
+    etcd_post("/v3/kv/compaction", &format!(r#"{{"revision":"{revision}","physical":true}}"#));
+}
+
+/// Writes a key no resource lives under, moving etcd's revision on as the writes of a busy cluster's
+/// other clients do: a watch resumed across an API server restart then finds its resourceVersion older
+/// than the new server's watch cache, and gets 410 Gone.
+pub fn bump_etcd_revision() {
+    // Key "/samplectl-tests/bump", value "x", both base64.
+    etcd_post("/v3/kv/put", r#"{"key":"L3NhbXBsZWN0bC10ZXN0cy9idW1w","value":"eA=="}"#);
 }
 
 /// kubectl's `-o json` output, parsed.
@@ -360,7 +377,15 @@ pub struct Background {
 
 impl Background {
     pub fn start(args: &[&str]) -> Self {
-        let mut child = samplectl_spawn(args);
+        Self::of(samplectl_spawn(args))
+    }
+
+    /// samplectl with only the arguments given (its own --kubeconfig among them).
+    pub fn start_bare(args: &[&str]) -> Self {
+        Self::of(samplectl_spawn_bare(args))
+    }
+
+    fn of(mut child: std::process::Child) -> Self {
         drop(child.stdout.take());
         let pipe = child.stderr.take().unwrap();
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));

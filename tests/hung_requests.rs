@@ -1,0 +1,103 @@
+//! Requests that never get an answer (a half-open connection, a wedged API server) cannot stall the
+//! controller: every request and every reconcile has a deadline, in both drivers, and a Sample whose
+//! requests hang holds one concurrency slot for a bounded time, never the others' progress.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::hang::HangingProxy;
+use support::{Namespace, eventually, kubectl, kubectl_json, samplectl};
+
+fn create_samples(ns: &str, names: &[String]) {
+    let items: Vec<_> = names
+        .iter()
+        .map(|n| json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample", "metadata": {"name": n}, "testString": "x"}))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("samples.json");
+    std::fs::write(&file, json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()).unwrap();
+    kubectl(&["create", "-n", ns, "-f", file.to_str().unwrap()]).success();
+}
+
+fn ready(ns: &str, name: &str) -> bool {
+    let sample = kubectl_json(&["get", "sample", name, "-n", ns]);
+    sample["status"]["conditions"][0]["status"] == "True" && kubectl(&["get", "configmap", name, "-n", ns]).code == 0
+}
+
+/// Eight Samples whose every request hangs (as many as the controller's concurrency), then healthy ones:
+/// the healthy ones become Ready while the hung ones are still failing.
+#[test]
+fn samples_whose_requests_hang_do_not_stop_the_others() {
+    samplectl(&["install-crd"]).success();
+    let proxy = HangingProxy::start();
+    proxy.hang_requests_containing("hang-me-");
+    let dir = tempfile::tempdir().unwrap();
+    for driver in ["watch", "poll"] {
+        let ns = Namespace::new(&format!("hung-{driver}"));
+        let mut args = vec!["reconcile", "-n", &ns.0, "--concurrency", "8"];
+        if driver == "watch" {
+            args.push("--watch");
+        }
+        let controller = proxy.samplectl(dir.path(), &args);
+        eventually(Duration::from_secs(20), "the controller started", || {
+            let log = controller.stderr();
+            if log.contains("reconciling Samples") { Ok(()) } else { Err(log) }
+        });
+        let hung: Vec<String> = (0..8).map(|i| format!("hang-me-{i}")).collect();
+        create_samples(&ns.0, &hung);
+        let before = proxy.hung.load(std::sync::atomic::Ordering::Relaxed);
+        eventually(Duration::from_secs(20), "eight requests hang", || {
+            match proxy.hung.load(std::sync::atomic::Ordering::Relaxed) - before {
+                n if n >= 8 => Ok(()),
+                n => Err(format!("{n} hung")),
+            }
+        });
+        let healthy: Vec<String> = (0..3).map(|i| format!("healthy-{i}")).collect();
+        create_samples(&ns.0, &healthy);
+        eventually(Duration::from_secs(40), &format!("{driver}: healthy Samples Ready"), || {
+            match healthy.iter().filter(|n| !ready(&ns.0, n)).count() {
+                0 => Ok(()),
+                n => Err(format!("{n} not Ready\n{}", controller.stderr())),
+            }
+        });
+        assert!(hung.iter().all(|n| !ready(&ns.0, n)), "the hung Samples cannot have been reconciled");
+        let log = controller.stderr();
+        assert!(log.contains("did not answer within 10s"), "{driver}: requests time out:\n{log}");
+    }
+}
+
+/// The poll driver does not wait for its slowest reconcile before it looks at the next Samples: with one
+/// Sample's requests hanging, a Sample created after the hang began is Ready before the hung reconcile
+/// has even given up (which it logs).
+#[test]
+fn a_slow_sample_does_not_hold_up_the_poll_drivers_next_tick() {
+    samplectl(&["install-crd"]).success();
+    let proxy = HangingProxy::start();
+    proxy.hang_requests_containing("slow-one");
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Namespace::new("slow-poll");
+    let controller = proxy.samplectl(dir.path(), &["reconcile", "-n", &ns.0]);
+    eventually(Duration::from_secs(20), "the controller started", || {
+        let log = controller.stderr();
+        if log.contains("reconciling Samples") { Ok(()) } else { Err(log) }
+    });
+    create_samples(&ns.0, &["slow-one".to_owned()]);
+    eventually(Duration::from_secs(20), "the slow Sample's request hangs", || {
+        match proxy.hung.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => Err("none yet".into()),
+            _ => Ok(()),
+        }
+    });
+    create_samples(&ns.0, &["quick-one".to_owned()]);
+    eventually(Duration::from_secs(60), "the quick Sample is Ready", || {
+        if ready(&ns.0, "quick-one") { Ok(()) } else { Err(controller.stderr()) }
+    });
+    let log = controller.stderr();
+    assert!(!log.contains("slow-one:"), "the quick Sample waited for the slow one to give up:\n{log}");
+    eventually(Duration::from_secs(60), "the slow Sample's reconcile gives up", || {
+        let log = controller.stderr();
+        if log.contains("slow-one:") { Ok(()) } else { Err(log) }
+    });
+}
