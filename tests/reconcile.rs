@@ -157,10 +157,91 @@ fn foreign_configmap(driver: Driver) {
     let after = kubectl(&["get", "configmap", "taken", "-n", &ns.0, "-o", "json"]).success().stdout;
     assert_eq!(after, before, "a ConfigMap samplectl does not control is untouched, byte for byte");
 
-    // --once reports the Sample that is not Ready.
+    // --once names the Sample that is not Ready, and why.
     let once = driver.once(&ns.0);
     assert_eq!(once.code, 1, "{once:#?}");
-    assert!(once.stderr.contains("error: 1 of the Samples are not Ready"), "{once:#?}");
+    let expected = format!("error: 1 Sample is not Ready: {}/taken (ConfigMapConflict)", ns.0);
+    assert!(once.stderr.contains(&expected), "{once:#?}");
+
+    // The ConfigMap's owner deletes it: the Sample gets its own within seconds (the watch driver hears
+    // of the delete; the poll driver looks again within its capped recheck backoff).
+    kubectl(&["delete", "configmap", "taken", "-n", &ns.0]).success();
+    wait_ready(&ns.0, "taken", "True");
+    wait_configmap(&ns.0, "taken", "wants this name");
+}
+
+/// Every name the API server takes for a Sample works, the longest (253 characters) included: label
+/// values stop at 63, so such a ConfigMap goes without the name label instead of failing every write.
+fn longest_name(driver: Driver) {
+    let ns = setup(&format!("rc-long-{driver:?}").to_lowercase());
+    let _controller = driver.start(&ns.0);
+    let name = "a".repeat(253);
+    apply_sample(&ns.0, &name, "long");
+    wait_ready(&ns.0, &name, "True");
+    let cm = wait_configmap(&ns.0, &name, "long");
+    assert_eq!(cm["metadata"]["labels"], json!({"app.kubernetes.io/managed-by": "samplectl"}));
+    let short = "b".repeat(63);
+    apply_sample(&ns.0, &short, "short");
+    let cm = wait_configmap(&ns.0, &short, "short");
+    assert_eq!(cm["metadata"]["labels"]["samples.example.com/name"], short.as_str());
+}
+
+#[test]
+fn longest_name_poll() {
+    longest_name(Driver::Poll);
+}
+
+#[test]
+fn longest_name_watch() {
+    longest_name(Driver::Watch);
+}
+
+/// A ConfigMap orphaned by `kubectl delete sample --cascade=orphan` is kept, as the user asked: a new
+/// Sample of that name does not adopt it (samplectl writes only what it controls) and says so; deleting
+/// the orphan lets the Sample make its own. A Sample deleted and at once created again waits for the
+/// garbage collector to remove its predecessor's ConfigMap, then gets its own.
+fn orphans_and_successors(driver: Driver) {
+    let ns = setup(&format!("rc-orphan-{driver:?}").to_lowercase());
+    let _controller = driver.start(&ns.0);
+    apply_sample(&ns.0, "kept", "first");
+    wait_configmap(&ns.0, "kept", "first");
+    kubectl(&["delete", "sample", "kept", "-n", &ns.0, "--cascade=orphan"]).success();
+    eventually(GC, "the orphaned ConfigMap loses its owner", || {
+        let cm = get(&ns.0, "configmap", "kept").ok_or("the orphan was deleted")?;
+        if cm["metadata"]["ownerReferences"].is_null() { Ok(()) } else { Err(cm.to_string()) }
+    });
+    let orphan = kubectl(&["get", "configmap", "kept", "-n", &ns.0, "-o", "json"]).success().stdout;
+    apply_sample(&ns.0, "kept", "second");
+    let sample = wait_ready(&ns.0, "kept", "False");
+    let condition = ready(&sample).unwrap();
+    assert_eq!(condition["reason"], "ConfigMapConflict");
+    assert!(condition["message"].as_str().unwrap().contains("without an owner"), "{condition}");
+    let after = kubectl(&["get", "configmap", "kept", "-n", &ns.0, "-o", "json"]).success().stdout;
+    assert_eq!(after, orphan, "the orphan is untouched");
+    kubectl(&["delete", "configmap", "kept", "-n", &ns.0]).success();
+    wait_ready(&ns.0, "kept", "True");
+    wait_configmap(&ns.0, "kept", "second");
+
+    // Deleted and created again at once: the new Sample ends up owning a ConfigMap of its own.
+    kubectl(&["delete", "sample", "kept", "-n", &ns.0, "--wait=false"]).success();
+    apply_sample(&ns.0, "kept", "third");
+    let uid = get(&ns.0, "sample", "kept").unwrap()["metadata"]["uid"].clone();
+    eventually(GC, "the successor owns its ConfigMap", || {
+        let cm = get(&ns.0, "configmap", "kept").ok_or("no ConfigMap")?;
+        let sample = get(&ns.0, "sample", "kept").ok_or("no Sample")?;
+        let owned = cm["metadata"]["ownerReferences"][0]["uid"] == uid && cm["data"]["testString"] == "third";
+        if owned && ready(&sample).is_some_and(|c| c["status"] == "True") { Ok(()) } else { Err(cm.to_string()) }
+    });
+}
+
+#[test]
+fn orphans_and_successors_poll() {
+    orphans_and_successors(Driver::Poll);
+}
+
+#[test]
+fn orphans_and_successors_watch() {
+    orphans_and_successors(Driver::Watch);
 }
 
 #[test]

@@ -58,12 +58,19 @@ fn a_non_string_test_string_is_reported_and_nothing_is_written_for_it() {
     let run = samplectl(&["reconcile", "-n", &ns.0, "--once"]);
 
     assert_eq!(run.code, 1, "three Samples cannot be Ready: {run:#?}");
-    assert!(run.stderr.contains("error: 3 of the Samples are not Ready"), "{run:#?}");
+    // Counted and named, with why, in the order of their names.
+    let n = &ns.0;
+    let summary =
+        format!("error: 3 Samples are not Ready: {n}/huge (writing its ConfigMap: Error from server (Invalid): ");
+    assert!(run.stderr.contains(&summary), "{run:#?}");
+    assert!(run.stderr.contains(&format!("{n}/list (InvalidTestString), {n}/number (InvalidTestString)")), "{run:#?}");
     let huge = kubectl_json(&["get", "sample", "huge", "-n", &ns.0]);
     let condition = &huge["status"]["conditions"][0];
     assert_eq!((condition["status"].as_str(), condition["reason"].as_str()), (Some("False"), Some("ApplyFailed")));
     let message = condition["message"].as_str().unwrap();
-    assert!(message.starts_with("cannot apply ConfigMap huge: ") && message.contains("1048576"), "{message}");
+    // The server's message as kubectl prints it, with no Debug dump of kube's error.
+    assert!(message.starts_with("cannot write ConfigMap huge: Error from server (Invalid): "), "{message}");
+    assert!(message.contains("1048576") && !message.contains("Status {"), "{message}");
     for (name, what) in [("number", "a number"), ("list", "a list")] {
         let s = kubectl_json(&["get", "sample", name, "-n", &ns.0]);
         let condition = &s["status"]["conditions"][0];

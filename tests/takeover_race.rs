@@ -112,14 +112,14 @@ async fn race_one_by_one(client: &kube::Client, ns: &str) -> HashMap<String, boo
 }
 
 /// The poll driver looks at a random moment of its one-second tick: all pairs at once, the foreign
-/// ConfigMaps spread over a whole tick.
+/// ConfigMaps spread over two ticks, so that samplectl comes first for some and second for others.
 async fn race_all_at_once(client: &kube::Client, ns: &str) -> HashMap<String, bool> {
     let (samples, configmaps) = apis(client, ns);
     let pairs = (0..PAIRS).map(|i| {
         let (samples, configmaps) = (&samples, &configmaps);
         async move {
             let name = format!("race-{i:03}");
-            let won = pair(samples, configmaps, &name, -50.0 + 1100.0 * i as f64 / PAIRS as f64).await;
+            let won = pair(samples, configmaps, &name, -50.0 + 2100.0 * i as f64 / PAIRS as f64).await;
             (name, won)
         }
     });

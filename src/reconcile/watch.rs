@@ -104,6 +104,13 @@ fn owner(meta: &ObjectMeta, ar: &ApiResource) -> Option<(SampleRef, String)> {
     Some((reference, owner.uid.clone()))
 }
 
+/// The Sample named like the ConfigMap `meta` describes, if there is one.
+fn same_name(meta: &ObjectMeta, store: &Store<DynamicObject>, ar: &ApiResource) -> Option<SampleRef> {
+    let name = meta.name.as_deref().unwrap_or_default();
+    let sample = ObjectRef::new_with(name, ar.clone()).within(meta.namespace.as_deref().unwrap_or_default());
+    store.get(&sample).map(|_| sample)
+}
+
 fn every_sample(store: &Store<DynamicObject>, ar: &ApiResource) -> Vec<SampleRef> {
     store.state().iter().map(|s| ObjectRef::from_obj_with(s.as_ref(), ar.clone())).collect()
 }
@@ -154,7 +161,8 @@ impl Watch {
                             ctx.child_seen(Some(&uid));
                             vec![sample]
                         }
-                        None => Vec::new(),
+                        // Labelled but owned by nothing (an orphan): it may block the Sample of its name.
+                        None => same_name(&cm.metadata, &store, &ar_c).into_iter().collect(),
                     },
                     Ok(watcher::Event::InitDone) => {
                         outage.listed();
@@ -184,9 +192,7 @@ impl Watch {
                         Vec::new()
                     }
                     Ok(watcher::Event::Apply(cm) | watcher::Event::Delete(cm)) => {
-                        let sample = ObjectRef::new_with(&cm.name_any(), ar_o.clone())
-                            .within(&cm.namespace().unwrap_or_default());
-                        store.get(&sample).map(|_| sample).into_iter().collect()
+                        same_name(&cm.metadata, &store, &ar_o).into_iter().collect()
                     }
                     Ok(watcher::Event::InitDone) => {
                         outage.listed();
