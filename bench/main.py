@@ -19,6 +19,7 @@ PROFILES = {
         "convergence": {"sizes": [1000, 5000], "reps": {1000: 2, 5000: 1}},
         "listing": {"objects": 10000, "runs": 5},
         "footprint": {"sizes": [1000, 10000], "reps": 2},
+        "restart": {"count": 1000, "reps": 5, "settle": 120},
     },
     "quick": {
         "idle": {"sizes": [100], "window": 15, "windows": 2},
@@ -26,6 +27,7 @@ PROFILES = {
         "convergence": {"sizes": [300], "reps": {300: 1}},
         "listing": {"objects": 2000, "runs": 2},
         "footprint": {"sizes": [500], "reps": 1},
+        "restart": {"count": 300, "reps": 1, "settle": 60},
     },
 }
 
@@ -58,13 +60,24 @@ def main():
         print(f"[{time.monotonic() - started:6.0f}s] {message}", file=sys.stderr, flush=True)
 
     results = {"profile": args.profile, "settings": profile, "timings": {}}
+    previous = os.path.join(args.out, "results.json")
+    merging = args.only and os.path.exists(previous)
+    if merging:
+        # --only measures some scenarios again and keeps the others' results, each section saying
+        # which commit it was measured on.
+        with open(previous) as f:
+            results = json.load(f)
+        results["settings"] = dict(results.get("settings", {}), **{name: profile[name] for name in only})
+    environment = report.environment(bins)
     for name in only:
         t0 = time.monotonic()
         log(f"{name} ...")
         results[name] = getattr(scenarios, name.replace("idle", "idle_cost"))(bench, **profile[name], log=log)
         results["timings"][name] = time.monotonic() - t0
-    results["environment"] = report.environment(bins)
-    results["total_seconds"] = time.monotonic() - started
+        results.setdefault("measured_on", {})[name] = {"commit": environment["commit"], "date": environment["date"]}
+    if not merging:
+        results["environment"] = environment
+        results["total_seconds"] = time.monotonic() - started
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)
     report.write(results, args.out)

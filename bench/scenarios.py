@@ -1,10 +1,12 @@
 """The five measurements. Each returns plain data (lists of numbers per driver and repetition); report.py
 turns them into tables, ratios and charts. Nothing here asserts anything."""
 
+import base64
 import collections
 import concurrent.futures
 import contextlib
 import datetime
+import http.client
 import json
 import os
 import queue
@@ -397,4 +399,115 @@ def footprint(bench, sizes, reps, log):
             out[f"{n}/{driver}"] = runs
             log(f"memory {n} {driver}: {runs}")
         delete_namespace(bench.api, ns)
+    return out
+
+
+RESTART_SETUPS = [
+    # (label, driver, options)
+    ("samplectl poll", "poll", {}),
+    ("samplectl watch", "watch", {}),
+    ("controller-runtime, 8 workers", "peer", {"workers": 8}),
+]
+
+
+def etcd_bump(cluster_dir):
+    """Writes a key no resource lives under, as the other clients of a busy cluster keep writing: etcd's
+    revision moves on while the API server restarts, so a watch resumed across the restart gets 410 Gone
+    and relists, as it does in any real cluster."""
+    ports = dict(line.split("=", 1) for line in open(os.path.join(cluster_dir, "ports")).read().split())
+    body = json.dumps({"key": base64.b64encode(b"/samplectl-bench/bump").decode(), "value": "eA=="}).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", int(ports["ETCD_PORT"]), timeout=5)
+    try:
+        conn.request("POST", "/v3/kv/put", body=body)
+        conn.getresponse().read()
+    finally:
+        conn.close()
+
+
+def create_through_outage(api, ns, names, threads, created):
+    """Creates each Sample, retrying through an API server outage until it exists; `created` counts them."""
+    lock = threading.Lock()
+
+    def create(name):
+        while True:
+            try:
+                api.request("POST", samples_path(ns), sample_body(name, f"value of {name}"))
+                break
+            except ApiError as err:
+                if err.status == 409:  # created before the connection broke
+                    break
+                if err.status < 500:
+                    raise
+            except (OSError, http.client.HTTPException):
+                pass
+            time.sleep(0.2)
+        with lock:
+            created[0] += 1
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(create, names))
+
+
+def ready_count(api, ns):
+    """How many Samples in `ns` are Ready, by a list (a watch would not survive the restart)."""
+    while True:
+        try:
+            items = api.request("GET", samples_path(ns))["items"]
+            return len(items), sum(1 for s in items if is_ready(s))
+        except (OSError, http.client.HTTPException, ApiError):
+            time.sleep(0.5)
+
+
+def restart(bench, count, reps, settle, log):
+    """Scenario 6: `count` Samples created in one burst (4 clients) with the controller running; once a
+    third of them exist the API server is restarted, with writes to etcd going on meanwhile; the creates cut
+    off are sent again until every Sample exists. Measured: how many Samples are still not Ready `settle`
+    seconds after the last create, and the time from the first create until every one is Ready."""
+    out = {}
+    cluster_dir = bench.api.cluster_dir
+    for label, driver, opts in RESTART_SETUPS:
+        runs = []
+        for rep in range(reps):
+            ns = f"bench-restart-{driver}-{rep}"
+            fresh_namespace(bench.api, ns)
+            proc = bench.start(driver, ns, f"restart-{driver}-{rep}", **opts)
+            bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
+            while ready_count(bench.api, ns)[1] < 1:
+                time.sleep(0.2)
+            created = [0]
+            started = time.monotonic()
+            creator = threading.Thread(
+                target=create_through_outage,
+                args=(bench.api, ns, [f"r-{i:05}" for i in range(count)], 4, created))
+            creator.start()
+            while created[0] < count // 3:
+                time.sleep(0.01)
+            restarting = threading.Event()
+
+            def bump():
+                while not restarting.is_set():
+                    etcd_bump(cluster_dir)
+                    time.sleep(0.1)
+            bumper = threading.Thread(target=bump)
+            bumper.start()
+            subprocess.run(["scripts/local-cluster", "restart", "apiserver"], env=bench.env, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            restarting.set()
+            bumper.join()
+            creator.join()
+            created_at = time.monotonic()
+            done = None
+            while time.monotonic() < created_at + settle:
+                total, ready = ready_count(bench.api, ns)
+                if total == count + 1 and ready == total:
+                    done = time.monotonic() - started
+                    break
+                time.sleep(0.5)
+            total, ready = ready_count(bench.api, ns)
+            proc.check_alive()
+            proc.stop()
+            delete_namespace(bench.api, ns)
+            runs.append({"unreconciled": total - ready, "seconds": done})
+            seconds = "never" if done is None else f"{done:.1f}s"
+            log(f"restart {label} rep {rep}: {total - ready} of {total} not Ready after {settle}s; all Ready: {seconds}")
+        out[label] = runs
     return out

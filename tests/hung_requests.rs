@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::hang::HangingProxy;
-use support::{Namespace, eventually, kubectl, kubectl_json, samplectl};
+use support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl};
 
 fn create_samples(ns: &str, names: &[String]) {
     let items: Vec<_> = names
@@ -19,6 +19,13 @@ fn create_samples(ns: &str, names: &[String]) {
     let file = dir.path().join("samples.json");
     std::fs::write(&file, json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()).unwrap();
     kubectl(&["create", "-n", ns, "-f", file.to_str().unwrap()]).success();
+}
+
+fn started(controller: &Background) {
+    eventually(Duration::from_secs(20), "the controller started", || {
+        let log = controller.stderr();
+        if log.contains("reconciling Samples") { Ok(()) } else { Err(log) }
+    });
 }
 
 fn ready(ns: &str, name: &str) -> bool {
@@ -41,10 +48,7 @@ fn samples_whose_requests_hang_do_not_stop_the_others() {
             args.push("--watch");
         }
         let controller = proxy.samplectl(dir.path(), &args);
-        eventually(Duration::from_secs(20), "the controller started", || {
-            let log = controller.stderr();
-            if log.contains("reconciling Samples") { Ok(()) } else { Err(log) }
-        });
+        started(&controller);
         let hung: Vec<String> = (0..8).map(|i| format!("hang-me-{i}")).collect();
         let before = proxy.hung.load(std::sync::atomic::Ordering::Relaxed);
         create_samples(&ns.0, &hung);
@@ -79,10 +83,7 @@ fn a_slow_sample_does_not_hold_up_the_poll_drivers_next_tick() {
     let dir = tempfile::tempdir().unwrap();
     let ns = Namespace::new("slow-poll");
     let controller = proxy.samplectl(dir.path(), &["reconcile", "-n", &ns.0]);
-    eventually(Duration::from_secs(20), "the controller started", || {
-        let log = controller.stderr();
-        if log.contains("reconciling Samples") { Ok(()) } else { Err(log) }
-    });
+    started(&controller);
     create_samples(&ns.0, &["slow-one".to_owned()]);
     let hung_at = eventually(Duration::from_secs(20), "the slow Sample's request hangs", || {
         match proxy.hung.load(std::sync::atomic::Ordering::Relaxed) {
