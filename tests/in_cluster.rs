@@ -270,6 +270,7 @@ fn health_and_metrics_answer_and_metrics_move() {
         if count(&after) > count(&before) { Ok(()) } else { Err(after) }
     });
     let (_, after) = http_get(metrics, "/metrics").unwrap();
-    assert!(after.contains("samplectl_api_requests_total{verb=\"apply\",resource=\"configmaps\"} 1"), "{after}");
+    // A new Sample's ConfigMap is created with a POST (which fails if the name is taken), not applied.
+    assert!(after.contains("samplectl_api_requests_total{verb=\"create\",resource=\"configmaps\"} 1"), "{after}");
     drop(controller);
 }
