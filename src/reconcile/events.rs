@@ -26,10 +26,17 @@ impl EventQueue {
         let task = tokio::spawn(queued.for_each_concurrent(PUBLISHERS, move |(event, reference)| {
             let recorder = recorder.clone();
             async move {
-                if let Err(err) = recorder.publish(&event, &reference).await {
+                // Bounded like every other request, so a hung events call cannot hold a publisher for good.
+                let published = tokio::time::timeout(super::REQUEST_TIMEOUT, recorder.publish(&event, &reference));
+                let failure = match published.await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(err)) => Some(crate::error::describe(&err)),
+                    Err(_) => Some(format!("no answer within {}s", super::REQUEST_TIMEOUT.as_secs())),
+                };
+                if let Some(failure) = failure {
                     let object =
                         format!("{}/{}", reference.namespace.unwrap_or_default(), reference.name.unwrap_or_default());
-                    tracing::warn!(object, "cannot record an event: {err}");
+                    tracing::warn!(object, "cannot record an event: {failure}");
                 }
             }
         }));

@@ -8,7 +8,7 @@ pub mod poll;
 pub mod sample;
 pub mod watch;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -73,6 +73,9 @@ pub struct Context {
     /// ConfigMaps has seen it: a Sample reconciled again in between then needs no request to know its
     /// ConfigMap is there and current.
     children_written: Mutex<HashMap<String, ConfigMap>>,
+    /// Samples (by uid) last found blocked by someone else's ConfigMap, which no driver's copy holds: the
+    /// next look reads that ConfigMap first, one GET, instead of a create bound to fail with 409 and a GET.
+    conflicted: Mutex<HashSet<String>>,
 }
 
 /// Exponential per-object backoff: 1s, 2s, 4s ... capped at 5 minutes.
@@ -160,6 +163,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             children_written: Mutex::new(HashMap::new()),
+            conflicted: Mutex::new(HashSet::new()),
         }
     }
 
@@ -192,6 +196,7 @@ impl Context {
         self.child_seen(Some(sample_uid));
         self.written.lock().unwrap_or_else(|e| e.into_inner()).remove(sample_uid);
         self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(sample_uid);
+        self.conflicted.lock().unwrap_or_else(|e| e.into_inner()).remove(sample_uid);
     }
 
     /// Forgets everything remembered about the Samples, for a driver that has just listed them afresh.
@@ -313,14 +318,29 @@ impl Context {
         let name = sample.metadata.name.as_deref().unwrap_or_default();
         let uid = uid(sample);
         let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
-        let child = match child {
-            Some(child) => Some(child.clone()),
-            None => self.children_written.lock().unwrap_or_else(|e| e.into_inner()).get(&uid).cloned(),
-        };
+        let remembered = self.children_written.lock().unwrap_or_else(|e| e.into_inner()).get(&uid).cloned();
+        let known_conflict = self.conflicted.lock().unwrap_or_else(|e| e.into_inner()).contains(&uid);
+        let child =
+            match (child, remembered) {
+                (Some(child), _) => Some(child.clone()),
+                (None, Some(written)) => Some(written),
+                (None, None) if known_conflict => bounded(configmaps.get_opt(name)).await.map_err(|f| {
+                    ReconcileError { object: object.clone(), action: "reading its ConfigMap", message: f.message() }
+                })?,
+                (None, None) => None,
+            };
         let mut readiness = plan(sample, &self.samples.ar, child.as_ref()).readiness;
         let mut failure = None;
         let mut conflict = false;
-        match self.write_child(sample, &configmaps, child).await {
+        let written = self.write_child(sample, &configmaps, child).await;
+        {
+            let mut conflicted = self.conflicted.lock().unwrap_or_else(|e| e.into_inner());
+            match written {
+                Ok(ChildOutcome::Conflict(_)) => conflicted.insert(uid.clone()),
+                _ => conflicted.remove(&uid),
+            };
+        }
+        match written {
             Ok(ChildOutcome::Unchanged) => {}
             Ok(outcome @ (ChildOutcome::Created | ChildOutcome::Updated)) => {
                 let (word, reason) = match outcome {
