@@ -102,3 +102,48 @@ fn a_slow_sample_does_not_hold_up_the_poll_drivers_next_tick() {
         controller.stderr()
     );
 }
+
+/// A managed ConfigMap deleted while only the ConfigMap watch is down, and that watch answered 410
+/// Expired when it comes back, as after a compaction: the watcher relists, so the deletion never arrives
+/// as an event, and the Samples' own watch saw nothing. The ConfigMap is recreated within seconds all the
+/// same, not at the next resync (an hour here).
+#[test]
+fn a_configmap_deleted_while_its_watch_relists_is_recreated() {
+    samplectl(&["install-crd"]).success();
+    let proxy = HangingProxy::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Namespace::new("relist-cm");
+    let controller = proxy.samplectl(dir.path(), &["reconcile", "-n", &ns.0, "--watch", "--resync", "1h"]);
+    started(&controller);
+    let names: Vec<String> = ["kept", "deleted"].map(String::from).to_vec();
+    create_samples(&ns.0, &names);
+    eventually(Duration::from_secs(20), "both Samples Ready", || {
+        match names.iter().filter(|n| !ready(&ns.0, n)).count() {
+            0 => Ok(()),
+            n => Err(format!("{n} not Ready\n{}", controller.stderr())),
+        }
+    });
+
+    // The watch of samplectl's labelled ConfigMaps (not the metadata-only one of all other ConfigMaps).
+    let watch = [&*format!("/namespaces/{}/configmaps?", ns.0), "watch=true", "managed-by%3Dsamplectl"];
+    let expiry = proxy.expire_next_request_containing(&watch);
+    assert_eq!(proxy.cut_connections_containing(&watch), 1, "one watch of the labelled ConfigMaps");
+    eventually(Duration::from_secs(20), "the watch reconnects and is held", || {
+        if expiry.held() { Ok(()) } else { Err(controller.stderr()) }
+    });
+    let cm = kubectl_json(&["get", "configmap", "deleted", "-n", &ns.0]);
+    kubectl(&["delete", "configmap", "deleted", "-n", &ns.0]).success();
+    expiry.release();
+
+    let recreated = eventually(Duration::from_secs(15), "the deleted ConfigMap recreated", || {
+        let now = kubectl(&["get", "configmap", "deleted", "-n", &ns.0, "-o=jsonpath={.metadata.uid}"]);
+        match now.code {
+            0 if !now.stdout.is_empty() => Ok(now.stdout),
+            _ => Err(controller.stderr()),
+        }
+    });
+    assert_ne!(recreated, cm["metadata"]["uid"].as_str().unwrap(), "a new ConfigMap, not the old one");
+    let log = controller.stderr();
+    assert!(log.contains("the watch of ConfigMaps was cut"), "the relist is what happened:\n{log}");
+    assert!(ready(&ns.0, "kept") && ready(&ns.0, "deleted"), "{log}");
+}

@@ -2,21 +2,28 @@
 //! bytes contain a pattern stops forwarding in both directions and is held open, as a half-open
 //! connection or a wedged server would. The API server speaks TLS, so the proxy sits behind `kubectl
 //! proxy` (plain HTTP, the cluster's credentials), where request lines and bodies can be read.
+//!
+//! It can also end a watch the way the API server does when the watch's resourceVersion has been
+//! compacted away (a 410 Expired ERROR event), so that one watcher relists while the others go on.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Background, cluster, free_port};
 
 pub struct HangingProxy {
     pub port: u16,
     patterns: Arc<Mutex<Vec<Vec<u8>>>>,
+    expiries: Arc<Mutex<Vec<Expiry>>>,
+    connections: Arc<Mutex<Vec<Connection>>>,
     /// Connections hung so far.
     pub hung: Arc<std::sync::atomic::AtomicUsize>,
+    /// Every write request forwarded (not hung), with when it passed and its request line.
+    pub writes: Arc<Mutex<Vec<(Instant, String)>>>,
     _kubectl_proxy: std::process::Child,
     stop: Arc<AtomicBool>,
 }
@@ -36,9 +43,13 @@ impl HangingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let patterns: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let expiries: Arc<Mutex<Vec<Expiry>>> = Arc::default();
+        let connections: Arc<Mutex<Vec<Connection>>> = Arc::default();
         let hung = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (p, h, s) = (patterns.clone(), hung.clone(), stop.clone());
+        let writes: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+        let (p, e, c, h, s) = (patterns.clone(), expiries.clone(), connections.clone(), hung.clone(), stop.clone());
+        let w = writes.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().map_while(Result::ok) {
                 if s.load(Ordering::Relaxed) {
@@ -46,13 +57,57 @@ impl HangingProxy {
                 }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
                 let frozen = Arc::new(AtomicBool::new(false));
+                let last_request = Arc::new(Mutex::new(Vec::new()));
+                c.lock().unwrap().push(Connection {
+                    client: client.try_clone().unwrap(),
+                    server: server.try_clone().unwrap(),
+                    last_request: last_request.clone(),
+                });
                 let (client2, server2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (p, h, f) = (p.clone(), h.clone(), frozen.clone());
-                std::thread::spawn(move || pump(client, server, Some((p, h)), f));
+                let requests = Requests {
+                    patterns: p.clone(),
+                    expiries: e.clone(),
+                    hung: h.clone(),
+                    last_request,
+                    writes: w.clone(),
+                };
+                let f = frozen.clone();
+                std::thread::spawn(move || pump(client, server, Some(requests), f));
                 std::thread::spawn(move || pump(server2, client2, None, frozen));
             }
         });
-        HangingProxy { port, patterns, hung, _kubectl_proxy: kubectl_proxy, stop }
+        HangingProxy { port, patterns, expiries, connections, hung, writes, _kubectl_proxy: kubectl_proxy, stop }
+    }
+
+    /// Holds the next request that contains every one of `parts` until the returned `Expiry` is released,
+    /// then answers it as the API server answers a watch whose resourceVersion is too old: a 410 Expired
+    /// ERROR event, and the end of the stream. Only that one request is held; the watcher's relist after
+    /// it goes through.
+    pub fn expire_next_request_containing(&self, parts: &[&str]) -> Expiry {
+        let expiry = Expiry {
+            parts: parts.iter().map(|p| p.as_bytes().to_vec()).collect(),
+            released: Arc::default(),
+            held: Arc::default(),
+        };
+        self.expiries.lock().unwrap().push(expiry.clone());
+        expiry
+    }
+
+    /// Closes every open connection whose latest request contains every one of `parts`, as a network
+    /// blip would: the client sees its stream end.
+    pub fn cut_connections_containing(&self, parts: &[&str]) -> usize {
+        let mut cut = 0;
+        self.connections.lock().unwrap().retain(|c| {
+            let request = c.last_request.lock().unwrap();
+            if !parts.iter().all(|p| contains(&request, p.as_bytes())) {
+                return true;
+            }
+            let _ = c.client.shutdown(std::net::Shutdown::Both);
+            let _ = c.server.shutdown(std::net::Shutdown::Both);
+            cut += 1;
+            false
+        });
+        cut
     }
 
     /// From now on, hang every connection whose requests contain `pattern`.
@@ -91,26 +146,94 @@ impl Drop for HangingProxy {
     }
 }
 
-/// Copies `from` to `to` until either closes; once the connection is frozen, reads go on (so the sender
-/// never sees an error) but nothing more is forwarded. `watch` looks for the patterns in what passes.
-type Watch = (Arc<Mutex<Vec<Vec<u8>>>>, Arc<std::sync::atomic::AtomicUsize>);
+/// A request held by `expire_next_request_containing`.
+#[derive(Clone)]
+pub struct Expiry {
+    parts: Vec<Vec<u8>>,
+    released: Arc<AtomicBool>,
+    held: Arc<AtomicBool>,
+}
 
-fn pump(mut from: TcpStream, mut to: TcpStream, watch: Option<Watch>, frozen: Arc<AtomicBool>) {
+impl Expiry {
+    /// Whether the request has arrived and is being held.
+    pub fn held(&self) -> bool {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Answers the held request (or the next one, if it has not come yet) with 410 Expired.
+    pub fn release(&self) {
+        self.released.store(true, Ordering::Relaxed);
+    }
+}
+
+struct Connection {
+    client: TcpStream,
+    server: TcpStream,
+    last_request: Arc<Mutex<Vec<u8>>>,
+}
+
+/// What the client-to-server pump looks for in the requests that pass.
+struct Requests {
+    patterns: Arc<Mutex<Vec<Vec<u8>>>>,
+    expiries: Arc<Mutex<Vec<Expiry>>>,
+    hung: Arc<std::sync::atomic::AtomicUsize>,
+    last_request: Arc<Mutex<Vec<u8>>>,
+    writes: Arc<Mutex<Vec<(Instant, String)>>>,
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+const EXPIRED: &str = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (2)","reason":"Expired","code":410}}"#;
+
+/// Copies `from` to `to` until either closes; once the connection is frozen, reads go on (so the sender
+/// never sees an error) but nothing more is forwarded. `requests` looks for the patterns in what passes.
+fn pump(mut from: TcpStream, mut to: TcpStream, requests: Option<Requests>, frozen: Arc<AtomicBool>) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if let Some((patterns, hung)) = &watch
+        if let Some(r) = &requests {
+            *r.last_request.lock().unwrap() = buf[..n].to_vec();
+            let expiry = {
+                let mut expiries = r.expiries.lock().unwrap();
+                let found = expiries.iter().position(|e| e.parts.iter().all(|p| contains(&buf[..n], p)));
+                found.map(|i| expiries.remove(i))
+            };
+            if let Some(expiry) = expiry {
+                expiry.held.store(true, Ordering::Relaxed);
+                while !expiry.released.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = from.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{EXPIRED}\n"
+                    )
+                    .as_bytes(),
+                );
+                let _ = from.shutdown(std::net::Shutdown::Both);
+                let _ = to.shutdown(std::net::Shutdown::Both);
+                break;
+            }
+        }
+        if let Some(r) = &requests
             && !frozen.load(Ordering::Relaxed)
-            && patterns.lock().unwrap().iter().any(|p| buf[..n].windows(p.len()).any(|w| w == p.as_slice()))
+            && r.patterns.lock().unwrap().iter().any(|p| contains(&buf[..n], p))
         {
             frozen.store(true, Ordering::Relaxed);
-            hung.fetch_add(1, Ordering::Relaxed);
+            r.hung.fetch_add(1, Ordering::Relaxed);
         }
         if frozen.load(Ordering::Relaxed) {
             continue;
+        }
+        if let Some(r) = &requests
+            && [&b"POST "[..], b"PUT ", b"PATCH ", b"DELETE "].iter().any(|m| buf[..n].starts_with(m))
+        {
+            let line = buf[..n].split(|b| *b == b'\r').next().unwrap_or_default();
+            r.writes.lock().unwrap().push((Instant::now(), String::from_utf8_lossy(line).into_owned()));
         }
         if to.write_all(&buf[..n]).is_err() {
             break;
