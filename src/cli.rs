@@ -93,16 +93,16 @@ pub struct ReconcileArgs {
     #[arg(long)]
     pub watch: bool,
 
-    /// Time between polls
-    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    /// Time between polls (at least 100ms)
+    #[arg(long, default_value = "1s", value_parser = at_least::<100>, value_name = "DURATION")]
     pub interval: Duration,
 
     /// Samples reconciled at the same time
     #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 
-    /// With --watch, reconcile every Sample again after this long even without a change
-    #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
+    /// With --watch, reconcile every Sample again after this long even without a change (at least 1s)
+    #[arg(long, default_value = "10m", value_parser = at_least::<1000>, value_name = "DURATION")]
     pub resync: Duration,
 
     /// One full pass, then exit: 0 if every Sample is Ready, 1 otherwise
@@ -129,17 +129,23 @@ pub struct ReconcileArgs {
     #[arg(long, value_name = "ID")]
     pub leader_election_identity: Option<String>,
 
-    /// How long a Lease holds without renewal before a standby may take it
-    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    /// How long a Lease holds without renewal before a standby may take it (at least 1s); also how long
+    /// the API server may be out of reach before /healthz fails
+    #[arg(long, default_value = "15s", value_parser = at_least::<1000>, value_name = "DURATION")]
     pub lease_duration: Duration,
 
     /// How long the leader keeps leading while it cannot renew the Lease (shorter than --lease-duration)
-    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = at_least::<100>, value_name = "DURATION")]
     pub renew_deadline: Duration,
 
-    /// How often a candidate looks at the Lease, and the leader renews it
-    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    /// How often a candidate looks at the Lease, and the leader renews it (at least 100ms)
+    #[arg(long, default_value = "2s", value_parser = at_least::<100>, value_name = "DURATION")]
     pub retry_period: Duration,
+
+    /// On SIGTERM, how long to let the work in flight finish before abandoning it (keep it inside the
+    /// pod's termination grace period); 0 abandons it at once
+    #[arg(long, default_value = "20s", value_parser = parse_duration, value_name = "DURATION")]
+    pub shutdown_timeout: Duration,
 
     /// Serve /healthz and /readyz on this address (e.g. 0.0.0.0:8081); off unless given
     #[arg(long, value_name = "ADDR")]
@@ -243,6 +249,18 @@ pub struct InstallCrdArgs {
     pub timeout: Duration,
 }
 
+/// A duration of at least `MS` milliseconds: zero or a few nanoseconds would make the loop it paces spin
+/// against the API server.
+pub fn at_least<const MS: u64>(text: &str) -> Result<Duration, String> {
+    let value = parse_duration(text)?;
+    let min = Duration::from_millis(MS);
+    if value < min {
+        let min = if MS.is_multiple_of(1000) { format!("{}s", MS / 1000) } else { format!("{MS}ms") };
+        return Err(format!("{text:?} is too short: the smallest value allowed is {min}"));
+    }
+    Ok(value)
+}
+
 /// Parses durations the way kubectl's flags take them: a number followed by ms, s, m or h, and combinations
 /// such as `1m30s`. A bare `0` is allowed because "0 means do not wait" is a common request.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -290,6 +308,15 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn pacing_durations_have_a_floor() {
+        assert_eq!(at_least::<100>("100ms"), Ok(Duration::from_millis(100)));
+        assert_eq!(at_least::<1000>("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(at_least::<100>("0").unwrap_err(), "\"0\" is too short: the smallest value allowed is 100ms");
+        assert_eq!(at_least::<1000>("999ms").unwrap_err(), "\"999ms\" is too short: the smallest value allowed is 1s");
+        assert!(at_least::<100>("fast").unwrap_err().contains("invalid duration"));
     }
 
     #[test]

@@ -9,8 +9,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 use crate::cli::GlobalArgs;
 use crate::error::join_causes;
-use crate::requests::RequestCounter;
-use tower::util::MapRequestLayer;
+use crate::requests::{LastAnswer, RequestCounter};
+use tower::util::{MapRequestLayer, MapResponseLayer};
 
 /// A client and what commands need to know about where it points.
 #[derive(Clone)]
@@ -20,6 +20,8 @@ pub struct Connection {
     pub default_namespace: String,
     /// Every request this client sends, by verb and resource.
     pub requests: RequestCounter,
+    /// When the API server last answered.
+    pub answered: LastAnswer,
 }
 
 /// The API server address of this process's connection, kept so an error far from the client (connection
@@ -48,14 +50,20 @@ impl Connection {
         let default_namespace = config.default_namespace.clone();
         let requests = RequestCounter::default();
         let counter = requests.clone();
+        let answered = LastAnswer::default();
+        let last = answered.clone();
         let client = kube::client::ClientBuilder::try_from(config)
             .context("cannot build a Kubernetes client")?
             .with_layer(&MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
                 counter.record(&req);
                 req
             }))
+            .with_layer(&MapResponseLayer::new(move |res: http::Response<Box<kube::client::DynBody>>| {
+                last.record(res.status());
+                res
+            }))
             .build();
-        Ok(Self { client, default_namespace, requests })
+        Ok(Self { client, default_namespace, requests, answered })
     }
 }
 

@@ -1,10 +1,11 @@
-//! `/healthz` (the process is alive) and `/readyz` (connected to the API server, and either leading with
-//! its caches synced or a healthy standby), and `/metrics`, served over plain HTTP for the kubelet's
-//! probes and Prometheus.
+//! `/healthz` (alive: the API server has not been out of reach for longer than the lease duration) and
+//! `/readyz` (the API server answers now, and either leading with its caches synced or a healthy standby),
+//! and `/metrics`, served over plain HTTP for the kubelet's probes and Prometheus.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use axum::Router;
@@ -12,20 +13,94 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 use crate::metrics::Metrics;
+use crate::requests::LastAnswer;
 
-#[derive(Default)]
 pub struct Health {
-    /// The first request to the API server succeeded.
-    pub connected: AtomicBool,
     /// The driver has seen every Sample (poll: a full pass done; watch: the Samples listed at start-up).
     pub synced: AtomicBool,
     /// Waiting for the lease, with the election loop running: ready to take over.
     pub standby: AtomicBool,
+    /// Since when the API server has been out of reach: a poll's list or a watch failed, and nothing has
+    /// been answered since. An idle watch reports nothing, and is healthy.
+    unreachable_since: Mutex<Option<Instant>>,
+    /// Since when the Lease could not be read or renewed (failed, or no answer within the deadline),
+    /// however the other requests fare.
+    lease_failing_since: Mutex<Option<Instant>>,
+    answered: LastAnswer,
+    /// How long either may last before this replica is not alive any more, so that the kubelet restarts
+    /// it: the lease duration, after which a standby would take over anyway.
+    patience: Duration,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Health {
+    pub fn new(patience: Duration, answered: LastAnswer) -> Self {
+        Health {
+            synced: AtomicBool::new(false),
+            standby: AtomicBool::new(false),
+            unreachable_since: Mutex::new(None),
+            lease_failing_since: Mutex::new(None),
+            answered,
+            patience,
+        }
+    }
+
+    /// A list or a watch failed; the first failure since the API server last answered starts the clock.
+    pub fn unreachable(&self) {
+        let mut since = lock(&self.unreachable_since);
+        if since.is_none() || self.answered_since(*since) {
+            *since = Some(Instant::now());
+        }
+    }
+
+    /// A Lease request succeeded (`true`) or failed or timed out (`false`).
+    pub fn lease(&self, ok: bool) {
+        let mut since = lock(&self.lease_failing_since);
+        match ok {
+            true => *since = None,
+            false => {
+                since.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+
+    fn answered_since(&self, since: Option<Instant>) -> bool {
+        matches!((self.answered.get(), since), (Some(answer), Some(since)) if answer > since)
+    }
+
+    /// How long the API server has been out of reach, if it is.
+    fn out_of_reach_for(&self) -> Option<Duration> {
+        let since = *lock(&self.unreachable_since);
+        if self.answered_since(since) {
+            return None;
+        }
+        since.map(|s| s.elapsed())
+    }
+
+    /// `/healthz`: an error once the API server has been out of reach, or the Lease not renewed, for
+    /// longer than `patience`.
+    pub fn alive(&self) -> Result<(), String> {
+        let too_long = |gone: Option<Duration>| gone.filter(|g| *g > self.patience).map(|g| g.as_secs());
+        let patience = self.patience.as_secs();
+        if let Some(secs) = too_long(lock(&self.lease_failing_since).map(|s| s.elapsed())) {
+            return Err(format!(
+                "the Lease has not been renewed or read for {secs}s (the lease duration is {patience}s)"
+            ));
+        }
+        if let Some(secs) = too_long(self.out_of_reach_for()) {
+            return Err(format!(
+                "the API server has been out of reach for {secs}s (the lease duration is {patience}s)"
+            ));
+        }
+        Ok(())
+    }
+
     pub fn ready(&self) -> bool {
-        self.connected.load(Ordering::Relaxed)
+        self.out_of_reach_for().is_none()
+            && lock(&self.lease_failing_since).is_none()
             && (self.synced.load(Ordering::Relaxed) || self.standby.load(Ordering::Relaxed))
     }
 }
@@ -35,15 +110,29 @@ async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {
 }
 
 pub async fn serve_health(addr: SocketAddr, health: Arc<Health>) -> Result<()> {
-    let app = Router::new().route("/healthz", get(|| async { "ok" })).route(
-        "/readyz",
-        get(move || {
-            let health = health.clone();
-            async move {
-                if health.ready() { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
-            }
-        }),
-    );
+    let live = health.clone();
+    let app = Router::new()
+        .route(
+            "/healthz",
+            get(move || {
+                let health = live.clone();
+                async move {
+                    match health.alive() {
+                        Ok(()) => (StatusCode::OK, "ok".to_owned()),
+                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+                    }
+                }
+            }),
+        )
+        .route(
+            "/readyz",
+            get(move || {
+                let health = health.clone();
+                async move {
+                    if health.ready() { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
+                }
+            }),
+        );
     let listener = bind(addr, "health probes").await?;
     tracing::info!("health probes on http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -64,4 +153,54 @@ pub async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<()
     tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHORT: Duration = Duration::from_millis(50);
+
+    #[test]
+    fn alive_until_out_of_reach_for_longer_than_patience() {
+        let health = Health::new(SHORT, LastAnswer::default());
+        assert!(health.alive().is_ok());
+        health.unreachable();
+        assert!(health.alive().is_ok(), "a failure is not yet a dead replica");
+        std::thread::sleep(Duration::from_millis(30));
+        health.unreachable();
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(health.alive().unwrap_err().contains("out of reach"), "the clock runs from the first failure");
+    }
+
+    #[test]
+    fn any_answer_after_the_failure_means_within_reach() {
+        let answered = LastAnswer::default();
+        let health = Health::new(SHORT, answered.clone());
+        health.synced.store(true, Ordering::Relaxed);
+        health.unreachable();
+        assert!(!health.ready());
+        std::thread::sleep(Duration::from_millis(60));
+        answered.record(http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(health.alive().is_err(), "a 503 is not an answer");
+        answered.record(http::StatusCode::NOT_FOUND);
+        assert!(health.alive().is_ok() && health.ready());
+        health.unreachable();
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(health.alive().is_err(), "a new failure after the answer starts a new clock");
+    }
+
+    #[test]
+    fn a_lease_not_renewed_is_not_alive_whatever_else_answers() {
+        let answered = LastAnswer::default();
+        let health = Health::new(SHORT, answered.clone());
+        health.standby.store(true, Ordering::Relaxed);
+        health.lease(false);
+        assert!(!health.ready() && health.alive().is_ok());
+        std::thread::sleep(Duration::from_millis(60));
+        answered.record(http::StatusCode::OK);
+        assert!(health.alive().unwrap_err().contains("Lease"));
+        health.lease(true);
+        assert!(health.alive().is_ok() && health.ready());
+    }
 }

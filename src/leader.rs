@@ -7,11 +7,15 @@
 //! Every retry period a candidate reads the Lease: it renews it if it holds it, takes it (with an update
 //! guarded by resourceVersion) if it is free or has not been renewed for a lease duration as seen by this
 //! candidate's own clock, and otherwise waits. A leader that cannot renew for the renew deadline stops
-//! leading. Releasing clears the holder so a standby takes over at its next retry.
+//! leading, whatever its requests are doing: every attempt is cut off at the deadline, as client-go does,
+//! because kube sets no read timeout and a request to a wedged API server may never return. Releasing
+//! clears the holder so a standby takes over at its next retry.
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use std::sync::Arc;
+
+use anyhow::{Result, anyhow, bail};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -21,6 +25,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::UsageError;
+use crate::health::Health;
 
 #[derive(Debug, Clone)]
 pub struct Election {
@@ -72,18 +77,29 @@ impl Election {
         Ok(())
     }
 
-    pub fn start(self, client: Client) -> Result<Candidate> {
+    pub fn start(self, client: Client, health: Arc<Health>) -> Result<Candidate> {
         self.validate()?;
         let (leading_tx, leading) = watch::channel(false);
         let (release, mut release_rx) = watch::channel(false);
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
         let task = tokio::spawn(async move {
             let mut observed: Option<Observed> = None;
+            // When the last successful renewal was sent: the renew deadline runs from there.
             let mut renewed: Option<Instant> = None;
             loop {
-                match self.try_acquire_or_renew(&api, &mut observed).await {
+                let sent = Instant::now();
+                let limit = match renewed {
+                    Some(at) => (at + self.renew_deadline).saturating_duration_since(sent),
+                    None => self.renew_deadline,
+                };
+                let attempt = tokio::time::timeout(limit, self.try_acquire_or_renew(&api, &mut observed));
+                let outcome = attempt.await.unwrap_or_else(|_| {
+                    Err(anyhow!("the Lease request did not answer within {:.1}s", limit.as_secs_f64()))
+                });
+                health.lease(outcome.is_ok());
+                match outcome {
                     Ok(Look::Holding) => {
-                        renewed = Some(Instant::now());
+                        renewed = Some(sent);
                         leading_tx.send_if_modified(|l| !std::mem::replace(l, true));
                     }
                     Ok(Look::HeldByOther(holder)) => {
@@ -94,14 +110,28 @@ impl Election {
                     }
                     Err(err) => {
                         tracing::warn!("leader election: {err}");
-                        if renewed.is_some_and(|at| at.elapsed() > self.renew_deadline) {
+                        if renewed.is_some_and(|at| at.elapsed() >= self.renew_deadline) {
                             renewed = None;
+                            tracing::warn!(
+                                "could not renew the lease {}/{} within the renew deadline ({}s)",
+                                self.namespace,
+                                self.name,
+                                self.renew_deadline.as_secs_f64()
+                            );
                             leading_tx.send_replace(false);
                         }
                     }
                 }
+                // A leader never sleeps past its renew deadline: the next attempt, cut off at once if the
+                // deadline has passed, is what steps it down.
+                let pause = match renewed {
+                    Some(at) => {
+                        self.retry_period.min((at + self.renew_deadline).saturating_duration_since(Instant::now()))
+                    }
+                    None => self.retry_period,
+                };
                 tokio::select! {
-                    () = tokio::time::sleep(self.retry_period) => {}
+                    () = tokio::time::sleep(pause) => {}
                     () = async { let _ = release_rx.wait_for(|r| *r).await; } => {
                         let was_leading = leading_tx.send_replace(false);
                         if was_leading {
@@ -165,7 +195,8 @@ impl Election {
     fn spec(&self, acquire_time: Option<MicroTime>, transitions: i32) -> LeaseSpec {
         LeaseSpec {
             holder_identity: Some(self.identity.clone()),
-            lease_duration_seconds: Some(self.lease_duration.as_secs().max(1) as i32),
+            // Whole seconds, rounded up: a standby must never think the lease expired sooner than we do.
+            lease_duration_seconds: Some(self.lease_duration.as_secs_f64().ceil().max(1.0) as i32),
             acquire_time,
             renew_time: Some(Self::now()),
             lease_transitions: Some(transitions),

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use http::{Method, Request, header::CONTENT_TYPE};
 
@@ -20,6 +21,23 @@ impl RequestCounter {
 
     pub fn snapshot(&self) -> Tally {
         Tally(self.0.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+}
+
+/// When the API server last answered any request with a status below 500 (a watch counts when it is
+/// opened): whether it is within reach, for /healthz and /readyz. Cloning shares it.
+#[derive(Clone, Default, Debug)]
+pub struct LastAnswer(Arc<Mutex<Option<Instant>>>);
+
+impl LastAnswer {
+    pub fn record(&self, status: http::StatusCode) {
+        if !status.is_server_error() {
+            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        }
+    }
+
+    pub fn get(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -6,6 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use support::hang::HangingProxy;
 use support::{
     Background, Namespace, eventually, free_port, http_get, kubectl, kubectl_json, samplectl, samplectl_bare,
 };
@@ -35,7 +36,7 @@ fn wait_ready(ns: &str, name: &str, within: Duration) {
 /// this machine cannot build).
 fn install_rbac() {
     samplectl(&["install-crd"]).success();
-    for file in ["namespace", "serviceaccount", "rbac"] {
+    for file in ["namespace", "serviceaccount", "rbac", "admission-policy"] {
         kubectl(&["apply", "-f", &format!("manifests/controller/{file}.yaml")]).success();
     }
 }
@@ -49,7 +50,10 @@ fn every_manifest_passes_server_side_dry_run() {
         "serviceaccount/samplectl",
         "clusterrole.rbac.authorization.k8s.io/samplectl-controller",
         "role.rbac.authorization.k8s.io/samplectl-leader-election",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/samplectl-configmaps",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/samplectl-configmaps",
         "deployment.apps/samplectl",
+        "poddisruptionbudget.policy/samplectl",
     ] {
         assert!(run.stdout.contains(object), "{object} missing from:\n{}", run.stdout);
     }
@@ -133,8 +137,81 @@ fn rbac_is_enough_for_reconcile_and_no_more() {
     assert!(run.stderr.starts_with("Error from server (Forbidden): secrets is forbidden: User \"system:serviceaccount:samplectl-system:samplectl\""), "{run:#?}");
 }
 
-fn candidate(ns: &str, identity: &str) -> Background {
-    Background::start(&[
+const POLICY_REFUSAL: &str = "ValidatingAdmissionPolicy 'samplectl-configmaps' with binding 'samplectl-configmaps' denied request: samplectl may only write ConfigMaps labelled app.kubernetes.io/managed-by=samplectl;";
+
+#[test]
+fn the_api_server_refuses_the_controller_any_configmap_that_is_not_its_own() {
+    install_rbac();
+    let ns = Namespace::new("policy");
+    let token = kubectl(&["create", "token", "samplectl", "-n", "samplectl-system"]).success().stdout.trim().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = support::token_kubeconfig(dir.path(), "sa", &token);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let kubectl_as_sa = |args: &[&str]| {
+        let mut all = vec!["--kubeconfig", kubeconfig];
+        all.extend_from_slice(args);
+        kubectl(&all)
+    };
+    // A new policy takes a moment to reach the API server's admission chain; a dry run goes through
+    // admission without writing anything.
+    eventually(Duration::from_secs(20), "the policy in force", || {
+        let run = kubectl_as_sa(&["create", "configmap", "probe", "-n", &ns.0, "--dry-run=server"]);
+        if run.code == 1 && run.stderr.contains(POLICY_REFUSAL) { Ok(()) } else { Err(format!("{run:#?}")) }
+    });
+
+    // Creating an unlabelled ConfigMap, or one labelled by someone else.
+    let run = kubectl_as_sa(&["create", "configmap", "mine-now", "-n", &ns.0]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(
+        run.stderr.contains(POLICY_REFUSAL) && run.stderr.contains(&format!("{}/mine-now would not be", ns.0)),
+        "{run:#?}"
+    );
+    let other = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"helm-owned","namespace":"{}","labels":{{"app.kubernetes.io/managed-by":"Helm"}}}}}}"#,
+        ns.0
+    );
+    let file = dir.path().join("other.json");
+    std::fs::write(&file, other).unwrap();
+    let run = kubectl_as_sa(&["create", "-f", file.to_str().unwrap()]);
+    assert!(run.code == 1 && run.stderr.contains(POLICY_REFUSAL), "{run:#?}");
+
+    // Taking over someone else's ConfigMap by labelling it, or patching it in any other way.
+    kubectl(&["create", "configmap", "foreign", "-n", &ns.0, "--from-literal=owner=someone"]).success();
+    let run = kubectl_as_sa(&["label", "configmap", "foreign", "-n", &ns.0, "app.kubernetes.io/managed-by=samplectl"]);
+    assert!(run.code == 1 && run.stderr.contains(&format!("{}/foreign is not", ns.0)), "{run:#?}");
+    let run = kubectl_as_sa(&[
+        "patch",
+        "configmap",
+        "foreign",
+        "-n",
+        &ns.0,
+        "--type=merge",
+        "-p",
+        r#"{"data":{"testString":"taken"}}"#,
+    ]);
+    assert!(run.code == 1 && run.stderr.contains(POLICY_REFUSAL), "{run:#?}");
+    let data = kubectl_json(&["get", "configmap", "foreign", "-n", &ns.0]);
+    assert_eq!(data["data"], json!({"owner": "someone"}), "the foreign ConfigMap is untouched");
+
+    // The controller, with the same token, still does all of its work under the policy.
+    apply_sample(&ns.0, "one");
+    apply_sample(&ns.0, "foreign");
+    let run = samplectl_bare(&["--kubeconfig", kubeconfig, "reconcile", "-n", &ns.0, "--once"]);
+    assert_eq!(run.code, 1, "only the Sample whose name is taken is not Ready: {run:#?}");
+    assert!(run.stderr.contains("ConfigMapConflict") && !run.stderr.contains("denied request"), "{run:#?}");
+    assert!(ready(&ns.0, "one"));
+    let managed = kubectl_json(&["get", "configmap", "one", "-n", &ns.0]);
+    assert_eq!(managed["metadata"]["labels"]["app.kubernetes.io/managed-by"], "samplectl");
+
+    // And it cannot let go of its own ConfigMap either: the label stays.
+    let run = kubectl_as_sa(&["label", "configmap", "one", "-n", &ns.0, "app.kubernetes.io/managed-by-"]);
+    assert!(run.code == 1 && run.stderr.contains(&format!("{}/one would not be", ns.0)), "{run:#?}");
+    // Others are not affected: the cluster admin (the test's own user) writes as before.
+    kubectl(&["label", "configmap", "foreign", "-n", &ns.0, "team=a"]).success();
+}
+
+fn candidate_args<'a>(ns: &'a str, identity: &'a str) -> Vec<&'a str> {
+    vec![
         "reconcile",
         "-n",
         ns,
@@ -150,7 +227,36 @@ fn candidate(ns: &str, identity: &str) -> Background {
         "4s",
         "--retry-period",
         "1s",
-    ])
+    ]
+}
+
+fn candidate(ns: &str, identity: &str) -> Background {
+    Background::start(&candidate_args(ns, identity))
+}
+
+/// A candidate whose every request goes through `proxy`.
+fn candidate_through(
+    proxy: &HangingProxy,
+    dir: &std::path::Path,
+    ns: &str,
+    identity: &str,
+    more: &[&str],
+) -> Background {
+    let mut args = candidate_args(ns, identity);
+    args.extend_from_slice(more);
+    proxy.samplectl(dir, &args)
+}
+
+fn exit_code(process: &mut Background, within: Duration) -> Option<i32> {
+    eventually(within, "the process exits", || match process.child.try_wait().unwrap() {
+        Some(status) => Ok(status.code()),
+        None => Err(process.stderr()),
+    })
+}
+
+/// Writes other than the Lease's: what a replica did as a leader.
+fn work_writes(proxy: &HangingProxy) -> Vec<(Instant, String)> {
+    proxy.writes.lock().unwrap().iter().filter(|(_, line)| !line.contains("/leases")).cloned().collect()
 }
 
 fn logged(process: &Background, what: &str, within: Duration) -> Instant {
@@ -223,8 +329,189 @@ fn a_leader_that_loses_its_lease_stops_at_once() {
     });
     let (_, log) = leader.stop("TERM", Duration::from_secs(1));
     assert_eq!(code, Some(1), "{log}");
-    assert!(log.contains("lost the leader lease; stopping at once"), "{log}");
+    assert!(log.contains("lost the leader lease; abandoning the work in flight"), "{log}");
     assert!(log.contains("error: lost the leader lease; stopped reconciling"), "{log}");
+}
+
+/// A leader whose Lease requests hang (a connection to a wedged API server; its other requests go on)
+/// steps down at its renew deadline, before the standby can take the Lease, and exits 1. Every write
+/// either of them sends goes through a proxy that notes when it passed: the old leader's last write is
+/// earlier than the new leader's first.
+#[test]
+fn a_leader_whose_renewals_hang_stops_writing_before_the_standby_starts() {
+    samplectl(&["install-crd"]).success();
+    let ns = Namespace::new("renew-hangs");
+    let dir = tempfile::tempdir().unwrap();
+    let (to_a, to_b) = (HangingProxy::start(), HangingProxy::start());
+    let mut a = candidate_through(&to_a, dir.path(), &ns.0, "a", &[]);
+    logged(&a, "leading as a", Duration::from_secs(20));
+    let b = candidate_through(&to_b, dir.path(), &ns.0, "b", &[]);
+    logged(&b, "waiting for the lease", Duration::from_secs(20));
+
+    // Samples keep coming throughout, so that whoever leads always has something to write.
+    let creating = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let creator = {
+        let (ns, creating) = (ns.0.clone(), creating.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while creating.load(std::sync::atomic::Ordering::Relaxed) {
+                apply_sample(&ns, &format!("s{i:03}"));
+                i += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            i
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    to_a.hang_requests_containing("/leases/samplectl-leader");
+    let hung_at = Instant::now();
+
+    let code = exit_code(&mut a, Duration::from_secs(20));
+    let stepped_down = hung_at.elapsed();
+    let took_over = logged(&b, "leading as b", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(3));
+    creating.store(false, std::sync::atomic::Ordering::Relaxed);
+    let created = creator.join().unwrap();
+
+    let (_, log_a) = a.stop("KILL", Duration::from_secs(1));
+    assert_eq!(code, Some(1), "{log_a}");
+    assert!(log_a.contains("could not renew the lease"), "{log_a}");
+    assert!(log_a.contains("error: lost the leader lease; stopped reconciling"), "{log_a}");
+    // The renew deadline is 4 s, counted from the last renewal sent (at most a retry period, 1 s, earlier).
+    assert!(stepped_down < Duration::from_secs(6), "stepped down {stepped_down:?} after its renewals began to hang");
+    let (a_writes, b_writes) = (work_writes(&to_a), work_writes(&to_b));
+    let a_last = a_writes.iter().map(|(at, _)| *at).max().expect("the first leader wrote");
+    let b_first = b_writes.iter().map(|(at, _)| *at).min().expect("the new leader wrote");
+    assert!(
+        a_last < b_first,
+        "the old leader wrote {:?} after the new leader's first write ({:?} after the hang began)",
+        a_last - b_first,
+        b_first - hung_at
+    );
+    assert!(took_over - hung_at > Duration::from_secs(4), "the standby waited for the lease to expire");
+    for i in 0..created {
+        wait_ready(&ns.0, &format!("s{i:03}"), Duration::from_secs(30));
+    }
+}
+
+/// Losing the Lease aborts what is in flight rather than finishing it: a reconcile whose requests hang
+/// (for up to their 10 s deadline) does not keep the old leader running.
+#[test]
+fn losing_the_lease_abandons_a_hung_reconcile() {
+    samplectl(&["install-crd"]).success();
+    let ns = Namespace::new("lease-abort");
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = HangingProxy::start();
+    proxy.hang_requests_containing("hang-me");
+    let mut leader = candidate_through(&proxy, dir.path(), &ns.0, "x", &[]);
+    logged(&leader, "leading as x", Duration::from_secs(20));
+    apply_sample(&ns.0, "hang-me");
+    eventually(Duration::from_secs(10), "a request hangs", || {
+        if proxy.hung.load(std::sync::atomic::Ordering::Relaxed) > 0 { Ok(()) } else { Err(leader.stderr()) }
+    });
+    let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    let patch = json!({"spec": {"holderIdentity": "thief", "renewTime": now, "leaseDurationSeconds": 60}}).to_string();
+    kubectl(&["patch", "lease", "samplectl-leader", "-n", &ns.0, "--type=merge", "-p", &patch]).success();
+    let stolen = Instant::now();
+    let code = exit_code(&mut leader, Duration::from_secs(20));
+    let gone = stolen.elapsed();
+    let (_, log) = leader.stop("KILL", Duration::from_secs(1));
+    // One retry period (1 s) to notice, then at once: not the hung request's 10 s deadline.
+    assert!(gone < Duration::from_secs(4), "exited {gone:?} after the lease was taken:\n{log}");
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("lost the leader lease; abandoning the work in flight"), "{log}");
+}
+
+/// SIGTERM finishes the work in flight, but only for --shutdown-timeout: a reconcile whose requests hang
+/// is abandoned then, the Lease is still released, and the exit status says the drain was cut short.
+#[test]
+fn sigterm_waits_for_the_work_in_flight_no_longer_than_the_shutdown_timeout() {
+    samplectl(&["install-crd"]).success();
+    let ns = Namespace::new("drain");
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = HangingProxy::start();
+    proxy.hang_requests_containing("hang-me");
+    let leader = candidate_through(&proxy, dir.path(), &ns.0, "x", &["--shutdown-timeout", "2s"]);
+    logged(&leader, "leading as x", Duration::from_secs(20));
+    apply_sample(&ns.0, "hang-me");
+    eventually(Duration::from_secs(10), "a request hangs", || {
+        if proxy.hung.load(std::sync::atomic::Ordering::Relaxed) > 0 { Ok(()) } else { Err(leader.stderr()) }
+    });
+    let told = Instant::now();
+    let (code, log) = leader.stop("TERM", Duration::from_secs(8));
+    let took = told.elapsed();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.contains("error: the work in flight did not finish within --shutdown-timeout (2s); abandoned it"),
+        "{log}"
+    );
+    assert!(log.contains("released the lease"), "{log}");
+    assert!(took < Duration::from_secs(5), "stopped after {took:?}:\n{log}");
+    let lease = kubectl_json(&["get", "lease", "samplectl-leader", "-n", &ns.0]);
+    assert!(lease["spec"]["holderIdentity"].is_null(), "{lease}");
+}
+
+/// /healthz fails once this replica has not been able to read or renew its Lease for longer than the
+/// lease duration, so that the kubelet restarts it, and /readyz fails as soon as it cannot.
+#[test]
+fn healthz_fails_when_the_lease_cannot_be_reached_for_a_lease_duration() {
+    samplectl(&["install-crd"]).success();
+    let ns = Namespace::new("healthz");
+    let dir = tempfile::tempdir().unwrap();
+    let leader = candidate(&ns.0, "a");
+    logged(&leader, "leading as a", Duration::from_secs(20));
+    let proxy = HangingProxy::start();
+    let port = free_port();
+    let standby = candidate_through(&proxy, dir.path(), &ns.0, "b", &["--health-addr", &format!("127.0.0.1:{port}")]);
+    logged(&standby, "waiting for the lease", Duration::from_secs(20));
+    eventually(Duration::from_secs(10), "/readyz ok", || match http_get(port, "/readyz") {
+        Some((200, _)) => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    proxy.hang_requests_containing("/leases/samplectl-leader");
+    let hung_at = Instant::now();
+    eventually(Duration::from_secs(10), "/readyz fails", || match http_get(port, "/readyz") {
+        Some((503, _)) => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    assert_eq!(http_get(port, "/healthz"), Some((200, "ok".to_owned())), "not yet a lease duration");
+    let (body, failed_at) =
+        eventually(Duration::from_secs(20), "/healthz fails", || match http_get(port, "/healthz") {
+            Some((503, body)) => Ok((body, Instant::now())),
+            other => Err(format!("{other:?}")),
+        });
+    assert!(body.starts_with("the Lease has not been renewed or read for"), "{body}");
+    // The lease duration (6 s) after the first attempt that hung, which began up to a retry period (1 s)
+    // after the hang, and that attempt is cut off at the renew deadline (4 s).
+    let after = failed_at - hung_at;
+    assert!(after > Duration::from_secs(6) && after < Duration::from_secs(14), "/healthz failed after {after:?}");
+    drop(standby);
+    drop(leader);
+}
+
+/// Without leader election, the poll driver's lists tell /healthz whether the API server is in reach.
+#[test]
+fn healthz_fails_when_the_api_server_is_out_of_reach_for_a_lease_duration() {
+    samplectl(&["install-crd"]).success();
+    let ns = Namespace::new("healthz-poll");
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = HangingProxy::start();
+    let port = free_port();
+    let health = format!("127.0.0.1:{port}");
+    let controller =
+        proxy.samplectl(dir.path(), &["reconcile", "-n", &ns.0, "--health-addr", &health, "--lease-duration", "3s"]);
+    eventually(Duration::from_secs(20), "/readyz ok", || match http_get(port, "/readyz") {
+        Some((200, _)) => Ok(()),
+        other => Err(format!("{other:?}\n{}", controller.stderr())),
+    });
+    // Every read from now on hangs until its 10 s deadline, as with a wedged API server.
+    proxy.hang_requests_containing("GET /api");
+    let body = eventually(Duration::from_secs(30), "/healthz fails", || match http_get(port, "/healthz") {
+        Some((503, body)) => Ok(body),
+        other => Err(format!("{other:?}")),
+    });
+    assert!(body.starts_with("the API server has been out of reach for"), "{body}");
+    drop(controller);
 }
 
 #[test]

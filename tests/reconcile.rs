@@ -413,6 +413,22 @@ fn reconcile_usage_errors() {
     assert_eq!(run.code, 2, "{run:#?}");
     let run = samplectl(&["reconcile", "--concurrency", "0"]);
     assert_eq!(run.code, 2, "{run:#?}");
+    // Values that would make a loop spin against the API server are refused with the smallest allowed.
+    for (flag, value, min) in [
+        ("--interval", "0", "100ms"),
+        ("--interval", "10ms", "100ms"),
+        ("--resync", "0s", "1s"),
+        ("--retry-period", "0", "100ms"),
+        ("--lease-duration", "500ms", "1s"),
+        ("--renew-deadline", "0", "100ms"),
+    ] {
+        let run = samplectl(&["reconcile", flag, value]);
+        assert_eq!(run.code, 2, "{flag} {value}: {run:#?}");
+        let want = format!(
+            "error: invalid value '{value}' for '{flag} <DURATION>': \"{value}\" is too short: the smallest value allowed is {min}"
+        );
+        assert!(run.stderr.starts_with(&want), "{flag} {value}: {run:#?}");
+    }
     let run = samplectl(&["reconcile", "--leader-elect", "--lease-duration", "5s", "--renew-deadline", "10s"]);
     assert_eq!(
         (run.code, run.stderr.lines().last()),

@@ -2,7 +2,7 @@
 //! for anything else), and wires up shutdown, leader election, health, metrics and the request totals.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
@@ -52,6 +52,10 @@ fn not_ready_message(samples: &[String]) -> String {
 #[error("lost the leader lease; stopped reconciling")]
 pub struct LeaseLost;
 
+#[derive(Debug, thiserror::Error)]
+#[error("the work in flight did not finish within --shutdown-timeout ({0}s); abandoned it")]
+pub struct DrainTimedOut(f64);
+
 const STATS_EVERY: Duration = Duration::from_secs(60);
 
 pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArgs) -> Result<()> {
@@ -67,8 +71,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
     let namespace = namespace.filter(|_| resolved.namespaced).map(str::to_owned);
 
     let metrics = Arc::new(Metrics::new(conn.requests.clone()));
-    let health = Arc::new(Health::default());
-    health.connected.store(true, Ordering::Relaxed);
+    let health = Arc::new(Health::new(args.lease_duration, conn.answered.clone()));
     if let Some(addr) = args.health_addr {
         serve_health(addr, health.clone()).await?;
     }
@@ -104,7 +107,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
             lead_then_reconcile(conn, ctx, namespace, args, stop).await
         } else {
             metrics.leader.set(1);
-            reconcile_samples(ctx, namespace, args, stop).await
+            drain_within(reconcile_samples(ctx, namespace, args, stop.clone()), stop, args.shutdown_timeout).await
         }
     } else {
         let target = Target { resolved, namespace };
@@ -148,9 +151,28 @@ async fn reconcile_samples(
     }
 }
 
-/// Waits for the lease, reconciles while holding it, and stops at once if it is lost (exit 1, as
-/// controller-runtime does, so the pod restarts as a fresh standby). On SIGTERM it finishes, then releases
-/// the lease so a standby takes over without waiting for it to expire.
+/// Runs `work` to its end; once `stop` turns true (SIGTERM), gives it `grace` to finish what is in flight
+/// and then drops it, which aborts every reconcile still running, so that stopping can never hang.
+async fn drain_within(
+    work: impl Future<Output = Result<()>>,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) -> Result<()> {
+    tokio::pin!(work);
+    tokio::select! {
+        result = &mut work => return result,
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    match tokio::time::timeout(grace, work).await {
+        Ok(result) => result,
+        Err(_) => Err(DrainTimedOut(grace.as_secs_f64()).into()),
+    }
+}
+
+/// Waits for the lease, reconciles while holding it, and stops at once if it is lost: the work in flight
+/// is aborted, not finished, since another replica may already lead, and the exit status is 1, as
+/// controller-runtime's, so the pod restarts as a fresh standby. On SIGTERM it finishes (within
+/// --shutdown-timeout), then releases the lease so a standby takes over without waiting for it to expire.
 async fn lead_then_reconcile(
     conn: &Connection,
     ctx: Arc<Context>,
@@ -168,7 +190,7 @@ async fn lead_then_reconcile(
     };
     let (name, lease_namespace, identity) =
         (election.name.clone(), election.namespace.clone(), election.identity.clone());
-    let mut candidate = election.start(conn.client.clone())?;
+    let mut candidate = election.start(conn.client.clone(), ctx.health.clone())?;
     ctx.health.standby.store(true, Ordering::Relaxed);
     tracing::info!("waiting for the lease {lease_namespace}/{name} as {identity}");
     while !*candidate.leading.borrow_and_update() {
@@ -184,28 +206,16 @@ async fn lead_then_reconcile(
     ctx.metrics.leader.set(1);
     tracing::info!("leading as {identity}");
 
-    let (driver_stop_tx, driver_stop) = watch::channel(false);
-    let lost = Arc::new(AtomicBool::new(false));
     let mut leading = candidate.leading.clone();
-    let lost_flag = lost.clone();
-    let mut stop_watch = stop.clone();
-    let guard = tokio::spawn(async move {
-        tokio::select! {
-            _ = stop_watch.wait_for(|s| *s) => {}
-            _ = leading.wait_for(|l| !*l) => {
-                lost_flag.store(true, Ordering::Relaxed);
-                tracing::warn!("lost the leader lease; stopping at once");
-            }
+    let work = drain_within(reconcile_samples(ctx.clone(), namespace, args, stop.clone()), stop, args.shutdown_timeout);
+    let result = tokio::select! {
+        result = work => result,
+        _ = leading.wait_for(|l| !*l) => {
+            tracing::warn!("lost the leader lease; abandoning the work in flight");
+            Err(LeaseLost.into())
         }
-        let _ = driver_stop_tx.send(true);
-    });
-    let result = reconcile_samples(ctx.clone(), namespace, args, driver_stop).await;
-    guard.abort();
-    let _ = guard.await;
+    };
     ctx.metrics.leader.set(0);
     candidate.release().await;
-    if lost.load(Ordering::Relaxed) {
-        return Err(LeaseLost.into());
-    }
     result
 }

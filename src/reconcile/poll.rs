@@ -206,6 +206,8 @@ impl Poll {
             let tick = self.tick(&mut state, once).await;
             if tick.is_ok() {
                 self.ctx.health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                self.ctx.health.unreachable();
             }
             match tick {
                 Ok(samples) if once => {

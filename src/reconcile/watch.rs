@@ -31,6 +31,7 @@ use tokio::sync::watch;
 
 use super::sample::{MANAGED_BY, MANAGED_BY_LABEL, managed_selector};
 use super::{Context, Outcome, ReconcileError};
+use crate::health::Health;
 
 pub struct Watch {
     pub ctx: Arc<Context>,
@@ -57,17 +58,20 @@ struct Shared {
 
 /// Says, once per outage, that a watch was cut and is being reopened, and when it is back; the errors
 /// between (every failed reconnect) go to the debug log.
+/// It also tells /healthz and /readyz whether the API server is within reach.
 struct Outage {
     what: &'static str,
     down: bool,
+    health: Arc<Health>,
 }
 
 impl Outage {
-    fn new(what: &'static str) -> Self {
-        Outage { what, down: false }
+    fn new(what: &'static str, health: &Arc<Health>) -> Self {
+        Outage { what, down: false, health: health.clone() }
     }
 
     fn failed(&mut self, err: &watcher::Error) {
+        self.health.unreachable();
         if !std::mem::replace(&mut self.down, true) {
             tracing::warn!("the watch of {} was cut ({}); reconnecting", self.what, watch_error(err));
         }
@@ -145,7 +149,7 @@ impl Watch {
         // Sample, because a ConfigMap deleted while the watch was down leaves no event behind.
         let (children_listed, mut children_listed_rx) = watch::channel(false);
         let (ctx, store, ar_c) = (self.ctx.clone(), samples.clone(), ar.clone());
-        let mut outage = Outage::new("ConfigMaps");
+        let mut outage = Outage::new("ConfigMaps", &self.ctx.health);
         let child_triggers = watcher(configmaps_api, watcher::Config::default().labels(&managed_selector()))
             .default_backoff()
             .modify(|cm| cm.meta_mut().managed_fields = None)
@@ -181,7 +185,7 @@ impl Watch {
         // same reason as above.
         let store = samples.clone();
         let ar_o = ar.clone();
-        let mut outage = Outage::new("other ConfigMaps");
+        let mut outage = Outage::new("other ConfigMaps", &self.ctx.health);
         let unlabelled = format!("{MANAGED_BY_LABEL}!={MANAGED_BY}");
         let other_triggers = watcher(others_api, watcher::Config::default().labels(&unlabelled))
             .default_backoff()
@@ -209,7 +213,7 @@ impl Watch {
         let health = self.ctx.health.clone();
         let once_tracker = tracker.clone();
         let done = done_tx.clone();
-        let mut outage = Outage::new("Samples");
+        let mut outage = Outage::new("Samples", &self.ctx.health);
         let sample_triggers = watcher(samples_api, watcher::Config::default())
             .default_backoff()
             .modify(|sample| sample.meta_mut().managed_fields = None)

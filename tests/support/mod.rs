@@ -409,7 +409,12 @@ impl Background {
     /// Sends a signal and waits up to `within` for the exit: the exit code (None if it had to be killed)
     /// and everything it logged.
     pub fn stop(mut self, signal: &str, within: std::time::Duration) -> (Option<i32>, String) {
-        Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status().unwrap();
+        // It may have exited already (a leader that lost its Lease does).
+        let _ = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .stderr(std::process::Stdio::null())
+            .status();
         let deadline = std::time::Instant::now() + within;
         let code = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
