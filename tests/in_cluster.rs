@@ -254,6 +254,19 @@ fn exit_code(process: &mut Background, within: Duration) -> Option<i32> {
     })
 }
 
+/// Someone else takes the Lease (as a partitioned leader would find on its return).
+fn steal_the_lease(ns: &str) {
+    let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    let patch = json!({"spec": {"holderIdentity": "thief", "renewTime": now, "leaseDurationSeconds": 60}}).to_string();
+    kubectl(&["patch", "lease", "samplectl-leader", "-n", ns, "--type=merge", "-p", &patch]).success();
+}
+
+fn a_request_hangs(proxy: &HangingProxy, process: &Background) {
+    eventually(Duration::from_secs(10), "a request hangs", || {
+        if proxy.hung.load(std::sync::atomic::Ordering::Relaxed) > 0 { Ok(()) } else { Err(process.stderr()) }
+    });
+}
+
 /// Writes other than the Lease's: what a replica did as a leader.
 fn work_writes(proxy: &HangingProxy) -> Vec<(Instant, String)> {
     proxy.writes.lock().unwrap().iter().filter(|(_, line)| !line.contains("/leases")).cloned().collect()
@@ -318,10 +331,7 @@ fn a_leader_that_loses_its_lease_stops_at_once() {
     let ns = Namespace::new("lease-lost");
     let leader = candidate(&ns.0, "x");
     logged(&leader, "leading as x", Duration::from_secs(20));
-    // Someone else takes the Lease (as a partitioned leader would find on its return).
-    let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
-    let patch = json!({"spec": {"holderIdentity": "thief", "renewTime": now, "leaseDurationSeconds": 60}}).to_string();
-    kubectl(&["patch", "lease", "samplectl-leader", "-n", &ns.0, "--type=merge", "-p", &patch]).success();
+    steal_the_lease(&ns.0);
     let mut leader = leader;
     let code = eventually(Duration::from_secs(10), "the leader exits", || match leader.child.try_wait().unwrap() {
         Some(status) => Ok(status.code()),
@@ -406,12 +416,8 @@ fn losing_the_lease_abandons_a_hung_reconcile() {
     let mut leader = candidate_through(&proxy, dir.path(), &ns.0, "x", &[]);
     logged(&leader, "leading as x", Duration::from_secs(20));
     apply_sample(&ns.0, "hang-me");
-    eventually(Duration::from_secs(10), "a request hangs", || {
-        if proxy.hung.load(std::sync::atomic::Ordering::Relaxed) > 0 { Ok(()) } else { Err(leader.stderr()) }
-    });
-    let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
-    let patch = json!({"spec": {"holderIdentity": "thief", "renewTime": now, "leaseDurationSeconds": 60}}).to_string();
-    kubectl(&["patch", "lease", "samplectl-leader", "-n", &ns.0, "--type=merge", "-p", &patch]).success();
+    a_request_hangs(&proxy, &leader);
+    steal_the_lease(&ns.0);
     let stolen = Instant::now();
     let code = exit_code(&mut leader, Duration::from_secs(20));
     let gone = stolen.elapsed();
@@ -434,9 +440,7 @@ fn sigterm_waits_for_the_work_in_flight_no_longer_than_the_shutdown_timeout() {
     let leader = candidate_through(&proxy, dir.path(), &ns.0, "x", &["--shutdown-timeout", "2s"]);
     logged(&leader, "leading as x", Duration::from_secs(20));
     apply_sample(&ns.0, "hang-me");
-    eventually(Duration::from_secs(10), "a request hangs", || {
-        if proxy.hung.load(std::sync::atomic::Ordering::Relaxed) > 0 { Ok(()) } else { Err(leader.stderr()) }
-    });
+    a_request_hangs(&proxy, &leader);
     let told = Instant::now();
     let (code, log) = leader.stop("TERM", Duration::from_secs(8));
     let took = told.elapsed();
