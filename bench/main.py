@@ -20,6 +20,7 @@ PROFILES = {
         "listing": {"objects": 10000, "runs": 5},
         "footprint": {"sizes": [1000, 10000], "reps": 2},
         "restart": {"count": 1000, "reps": 5, "settle": 120},
+        "sizing": {"sizes": [2000, 5000], "value_kib": 4},
     },
     "quick": {
         "idle": {"sizes": [100], "window": 15, "windows": 2},
@@ -28,6 +29,7 @@ PROFILES = {
         "listing": {"objects": 2000, "runs": 2},
         "footprint": {"sizes": [500], "reps": 1},
         "restart": {"count": 300, "reps": 1, "settle": 60},
+        "sizing": {"sizes": [300], "value_kib": 4},
     },
 }
 

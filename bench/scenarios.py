@@ -48,6 +48,13 @@ class Bench:
             raise ValueError(driver)
         return Proc(args, self.env, os.path.join(self.log_dir, f"{label}.log"))
 
+    def run_floor(self, ns, prefix, count, workers):
+        """The compiled burst floor: creates `count` Samples and writes each one's ConfigMap, Event and
+        status, reading nothing."""
+        subprocess.run([self.bins["floor"], "-kubeconfig", self.env["KUBECONFIG"], "-namespace", ns,
+                        "-prefix", prefix, "-count", str(count), "-workers", str(workers)],
+                       env=self.env, check=True, stdout=subprocess.DEVNULL)
+
     def create_samples(self, ns, names, threads=16):
         """Creates Samples as fast as `threads` concurrent clients can: one burst."""
         def create(name):
@@ -242,8 +249,8 @@ def reaction(bench, count, reps, log):
 
 
 class Floor:
-    """The least any controller has to send: for each new Sample, apply its ConfigMap, record an Event and
-    write its status, with `concurrency` workers, and read nothing but one watch on Samples."""
+    """The minimal client of the reaction scenario: for each new Sample, apply its ConfigMap, record an
+    Event and write its status, with `concurrency` workers, and read nothing but one watch on Samples."""
 
     def __init__(self, api, ns, concurrency):
         self.api, self.ns = api, ns
@@ -304,7 +311,7 @@ CONVERGENCE_SETUPS = [
     ("samplectl watch, concurrency 32", "watch", {"concurrency": 32}),
     ("controller-runtime, 1 worker (default)", "peer", {}),
     ("controller-runtime, 8 workers", "peer", {"workers": 8}),
-    ("floor, 8 workers", "floor", {"concurrency": 8}),
+    ("floor (compiled), 32 workers", "floor", {"workers": 32}),
 ]
 
 
@@ -322,19 +329,23 @@ def convergence(bench, sizes, reps, log):
                 watch = Watch(bench.api, samples_path(ns), ready)
                 watch.wait_listed()
                 if driver == "floor":
-                    proc, floor = None, Floor(bench.api, ns, opts["concurrency"])
+                    # The compiled floor (bench/peers/floor) sends the creates itself, each followed at
+                    # once by the three writes; its warm-up is one Sample of its own.
+                    proc = None
+                    bench.run_floor(ns, "warm-up-", 1, opts["workers"])
+                    started = time.monotonic()
+                    bench.run_floor(ns, "c-", n, opts["workers"])
+                    created = time.monotonic() - started
                 else:
-                    proc, floor = bench.start(driver, ns, f"converge-{n}-{driver}-{rep}", **opts), None
-                bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
-                ready.wait("warm-up", timeout=120)
-                started = time.monotonic()
-                bench.create_samples(ns, [f"c-{i:05}" for i in range(n)])
-                created = time.monotonic() - started
+                    proc = bench.start(driver, ns, f"converge-{n}-{driver}-{rep}", **opts)
+                    bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
+                    ready.wait("warm-up", timeout=120)
+                    started = time.monotonic()
+                    bench.create_samples(ns, [f"c-{i:05}" for i in range(n)])
+                    created = time.monotonic() - started
                 done = ready.wait_count(n + 1, timeout=3600) - started
                 peak = proc.peak_rss_mib() if proc else None
                 watch.stop()
-                if floor:
-                    floor.stop()
                 if proc:
                     proc.check_alive()
                     proc.stop()
@@ -424,6 +435,23 @@ def etcd_bump(cluster_dir):
         conn.close()
 
 
+def restart_apiserver(bench):
+    """Restarts kube-apiserver while another client keeps writing to etcd, so that every watch resumed
+    across the restart ends in 410 Gone and a relist."""
+    restarting = threading.Event()
+
+    def bump():
+        while not restarting.is_set():
+            etcd_bump(bench.api.cluster_dir)
+            time.sleep(0.1)
+    bumper = threading.Thread(target=bump)
+    bumper.start()
+    subprocess.run(["scripts/local-cluster", "restart", "apiserver"], env=bench.env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    restarting.set()
+    bumper.join()
+
+
 def create_through_outage(api, ns, names, threads, created):
     """Creates each Sample, retrying through an API server outage until it exists; `created` counts them."""
     lock = threading.Lock()
@@ -463,7 +491,6 @@ def restart(bench, count, reps, settle, log):
     off are sent again until every Sample exists. Measured: how many Samples are still not Ready `settle`
     seconds after the last create, and the time from the first create until every one is Ready."""
     out = {}
-    cluster_dir = bench.api.cluster_dir
     for label, driver, opts in RESTART_SETUPS:
         runs = []
         for rep in range(reps):
@@ -481,18 +508,7 @@ def restart(bench, count, reps, settle, log):
             creator.start()
             while created[0] < count // 3:
                 time.sleep(0.01)
-            restarting = threading.Event()
-
-            def bump():
-                while not restarting.is_set():
-                    etcd_bump(cluster_dir)
-                    time.sleep(0.1)
-            bumper = threading.Thread(target=bump)
-            bumper.start()
-            subprocess.run(["scripts/local-cluster", "restart", "apiserver"], env=bench.env, check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            restarting.set()
-            bumper.join()
+            restart_apiserver(bench)
             creator.join()
             created_at = time.monotonic()
             done = None
@@ -510,4 +526,41 @@ def restart(bench, count, reps, settle, log):
             seconds = "never" if done is None else f"{done:.1f}s"
             log(f"restart {label} rep {rep}: {total - ready} of {total} not Ready after {settle}s; all Ready: {seconds}")
         out[label] = runs
+    return out
+
+
+def sizing(bench, sizes, value_kib, log):
+    """Scenario 7: what the shipped Deployment's memory limit holds. `samplectl reconcile --watch` (all
+    namespaces, as the Deployment runs it) over n Samples whose testString is `value_kib` KiB, so each
+    Sample and each ConfigMap is that big: resident memory once converged, and the peak (VmHWM) after a
+    relist of everything, when the watcher holds the old store and the new list at once (an API server
+    restart with etcd moving on, as in scenario 6)."""
+    out = {}
+    value = "x" * (value_kib * 1024)
+    for n in sizes:
+        ns = f"bench-sizing-{n}"
+        fresh_namespace(bench.api, ns)
+
+        def create(i):
+            bench.api.request("POST", samples_path(ns), sample_body(f"s-{i:05}", value))
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(create, range(n)))
+        proc = Proc([bench.bins["samplectl"], "reconcile", "--watch"], bench.env,
+                    os.path.join(bench.log_dir, f"sizing-{n}.log"))
+        while ready_count(bench.api, ns)[1] < n:
+            time.sleep(1)
+        time.sleep(3)
+        proc.settle()
+        converged, startup_peak = proc.rss_mib(), proc.peak_rss_mib()
+        restart_apiserver(bench)
+        # The relists, and every Sample looked at again.
+        time.sleep(20)
+        proc.settle()
+        run = {"rss_mib": proc.rss_mib(), "converged_rss_mib": converged, "startup_peak_rss_mib": startup_peak,
+               "peak_rss_mib": proc.peak_rss_mib(), "ready": ready_count(bench.api, ns)[1]}
+        proc.check_alive()
+        proc.stop()
+        delete_namespace(bench.api, ns)
+        out[str(n)] = run
+        log(f"sizing {n} Samples of {value_kib} KiB: {run}")
     return out
