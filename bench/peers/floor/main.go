@@ -10,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -66,8 +67,9 @@ func main() {
 					return
 				}
 				if err := one(ctx, client, *namespace, fmt.Sprintf("%s%05d", *prefix, i)); err != nil {
-					failed.Add(1)
-					fmt.Fprintln(os.Stderr, "floor:", err)
+					if failed.Add(1) <= 5 {
+						fmt.Fprintln(os.Stderr, "floor:", err)
+					}
 				}
 			}
 		}()
@@ -109,7 +111,7 @@ func one(ctx context.Context, client dynamic.Interface, ns, name string) error {
 	now := time.Now().UTC()
 	event := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "events.k8s.io/v1", "kind": "Event",
-		"metadata":  map[string]any{"generateName": name + ".", "namespace": ns},
+		"metadata":  map[string]any{"name": fmt.Sprintf("%s.%016x", name, rand.Uint64()), "namespace": ns},
 		"eventTime": now.Format("2006-01-02T15:04:05.000000Z"), "reportingController": "floor",
 		"reportingInstance": "bench", "action": "Reconcile", "reason": "ConfigMapCreated",
 		"note": fmt.Sprintf("ConfigMap %s created", name), "type": "Normal",
