@@ -154,6 +154,16 @@ pub struct ReconcileArgs {
     /// Serve Prometheus metrics at /metrics on this address (e.g. 0.0.0.0:8080); off unless given
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+
+    /// Serve /metrics over HTTPS, only to callers whose bearer token passes a TokenReview and a
+    /// SubjectAccessReview for get on /metrics (controller-runtime's secure metrics)
+    #[arg(long, requires = "metrics_addr")]
+    pub metrics_secure: bool,
+
+    /// With --metrics-secure, the directory holding tls.crt and tls.key (default: a self-signed
+    /// certificate made at start-up)
+    #[arg(long, value_name = "DIR", requires = "metrics_secure")]
+    pub metrics_cert_dir: Option<std::path::PathBuf>,
 }
 
 /// What to read and how to print it; shared by `list` and `watch`.

@@ -9,11 +9,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use axum::Router;
-use axum::http::StatusCode;
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 use axum::routing::get;
 
 use crate::metrics::Metrics;
+use crate::metrics_access::{Decision, MetricsAccess, bearer};
 use crate::requests::LastAnswer;
+use crate::tls::TlsListener;
 
 pub struct Health {
     /// The driver has seen every Sample (poll: a full pass done; watch: the Samples listed at start-up).
@@ -139,18 +143,57 @@ pub async fn serve_health(addr: SocketAddr, health: Arc<Health>) -> Result<()> {
     Ok(())
 }
 
-pub async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<()> {
+/// Who may read /metrics when it is served over HTTPS.
+pub struct Secure {
+    pub tls: Arc<rustls::ServerConfig>,
+    pub access: Arc<MetricsAccess>,
+}
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+pub async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, secure: Option<Secure>) -> Result<()> {
+    let listener = bind(addr, "metrics").await?;
+    let Some(secure) = secure else {
+        let app = Router::new().route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move { ([("content-type", OPENMETRICS)], metrics.render()) }
+            }),
+        );
+        tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        return Ok(());
+    };
+    let access = secure.access;
     let app = Router::new().route(
         "/metrics",
-        get(move || {
-            let metrics = metrics.clone();
+        get(move |headers: HeaderMap| {
+            let (metrics, access) = (metrics.clone(), access.clone());
             async move {
-                ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], metrics.render())
+                let token = bearer(headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()));
+                match access.decide(token).await {
+                    Ok(Decision::Allowed) => ([("content-type", OPENMETRICS)], metrics.render()).into_response(),
+                    Ok(Decision::Unauthenticated) => (StatusCode::UNAUTHORIZED, "Unauthorized").into_response(),
+                    Ok(Decision::Forbidden(user)) => (
+                        StatusCode::FORBIDDEN,
+                        format!("Forbidden (user={user}, verb=get, resource=, subresource=, path=/metrics)"),
+                    )
+                        .into_response(),
+                    Err(err) => {
+                        let why = crate::error::describe(&err);
+                        tracing::warn!("metrics: cannot check a scraper's token: {why}");
+                        (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot check the token: {why}")).into_response()
+                    }
+                }
             }
         }),
     );
-    let listener = bind(addr, "metrics").await?;
-    tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+    tracing::info!(
+        "metrics on https://{}/metrics (a token allowed to get /metrics is required)",
+        listener.local_addr()?
+    );
+    let listener = TlsListener::new(listener, secure.tls);
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(())
 }

@@ -50,6 +50,7 @@ fn every_manifest_passes_server_side_dry_run() {
         "serviceaccount/samplectl",
         "clusterrole.rbac.authorization.k8s.io/samplectl-controller",
         "role.rbac.authorization.k8s.io/samplectl-leader-election",
+        "clusterrole.rbac.authorization.k8s.io/samplectl-metrics-reader",
         "validatingadmissionpolicy.admissionregistration.k8s.io/samplectl-configmaps",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/samplectl-configmaps",
         "deployment.apps/samplectl",
@@ -115,6 +116,8 @@ fn rbac_is_enough_for_reconcile_and_no_more() {
         ("create", "configmaps"),
         ("patch", "configmaps"),
         ("create", "events.events.k8s.io"),
+        ("create", "tokenreviews.authentication.k8s.io"),
+        ("create", "subjectaccessreviews.authorization.k8s.io"),
     ] {
         assert!(can_i(verb, resource, &ns.0), "needs {verb} {resource}");
     }
@@ -516,6 +519,73 @@ fn healthz_fails_when_the_api_server_is_out_of_reach_for_a_lease_duration() {
     });
     assert!(body.starts_with("the API server has been out of reach for"), "{body}");
     drop(controller);
+}
+
+/// `curl -sk` against the secure metrics endpoint: (status, body).
+fn scrape(port: u16, token: Option<&str>) -> (u16, String) {
+    let mut args = vec!["-sk".to_owned(), "-w".to_owned(), "\n%{http_code}".to_owned()];
+    if let Some(token) = token {
+        args.extend(["-H".to_owned(), format!("Authorization: Bearer {token}")]);
+    }
+    args.push(format!("https://127.0.0.1:{port}/metrics"));
+    let out = std::process::Command::new("curl").args(&args).output().expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+/// With --metrics-secure, as the shipped Deployment runs it: HTTPS, and only callers whose token is
+/// allowed `get` on /metrics (through the samplectl-metrics-reader ClusterRole) may read it. The controller
+/// itself runs with its ServiceAccount's token, so its RBAC is shown to be enough for the checks.
+#[test]
+fn secure_metrics_are_served_only_to_callers_allowed_to_get_them() {
+    install_rbac();
+    let ns = Namespace::new("metrics-auth");
+    for sa in ["scraper", "nosy"] {
+        kubectl(&["create", "serviceaccount", sa, "-n", &ns.0]).success();
+    }
+    let binding = format!("{}-scraper", ns.0);
+    kubectl(&[
+        "create",
+        "clusterrolebinding",
+        &binding,
+        "--clusterrole=samplectl-metrics-reader",
+        &format!("--serviceaccount={}:scraper", ns.0),
+    ])
+    .success();
+    let token = |sa: &str, ns: &str| kubectl(&["create", "token", sa, "-n", ns]).success().stdout.trim().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = support::token_kubeconfig(dir.path(), "sa", &token("samplectl", "samplectl-system"));
+    let port = free_port();
+    let controller = Background::start_bare(&[
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "reconcile",
+        "-n",
+        &ns.0,
+        "--watch",
+        "--metrics-addr",
+        &format!("127.0.0.1:{port}"),
+        "--metrics-secure",
+    ]);
+    logged(&controller, "metrics on https://", Duration::from_secs(20));
+
+    let (code, body) = scrape(port, None);
+    assert_eq!((code, body.as_str()), (401, "Unauthorized"), "no token");
+    let (code, _) = scrape(port, Some("not-a-token"));
+    assert_eq!(code, 401, "a token the API server does not know");
+    let (code, body) = scrape(port, Some(&token("nosy", &ns.0)));
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains(&format!("user=system:serviceaccount:{}:nosy", ns.0)), "{body}");
+    let (code, body) = scrape(port, Some(&token("scraper", &ns.0)));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("samplectl_leader 1"), "{body}");
+    // Plain HTTP gets nothing.
+    assert_eq!(http_get(port, "/metrics"), None);
+    let log = controller.stderr();
+    assert!(!log.contains("Forbidden"), "the controller's own RBAC covers the reviews:\n{log}");
+    drop(controller);
+    kubectl(&["delete", "clusterrolebinding", &binding]).success();
 }
 
 #[test]

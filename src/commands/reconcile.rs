@@ -13,9 +13,10 @@ use tokio::sync::watch;
 use crate::cli::ReconcileArgs;
 use crate::client::Connection;
 use crate::fetch::Target;
-use crate::health::{Health, serve_health, serve_metrics};
+use crate::health::{Health, Secure, serve_health, serve_metrics};
 use crate::leader::{Election, default_identity};
 use crate::metrics::Metrics;
+use crate::metrics_access::MetricsAccess;
 use crate::reconcile::poll::Poll;
 use crate::reconcile::watch::Watch;
 use crate::reconcile::{Context, observe};
@@ -76,7 +77,14 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         serve_health(addr, health.clone()).await?;
     }
     if let Some(addr) = args.metrics_addr {
-        serve_metrics(addr, metrics.clone()).await?;
+        let secure = match args.metrics_secure {
+            true => Some(Secure {
+                tls: crate::tls::server_config(args.metrics_cert_dir.as_deref())?,
+                access: Arc::new(MetricsAccess::new(conn.client.clone())),
+            }),
+            false => None,
+        };
+        serve_metrics(addr, metrics.clone(), secure).await?;
     }
 
     let (stop_tx, stop) = watch::channel(false);
