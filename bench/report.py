@@ -185,7 +185,8 @@ def reaction_section(results, w, verdicts, out):
       "the same kind of watch seeing the Sample itself (clamped at 0: the event can overtake the create's "
       "answer). The floor leaves out the one write any controller must make before its ConfigMap can be "
       "seen, so a second reference is shown: a minimal client in the bench (Python) that watches Samples "
-      "and applies each one's ConfigMap at once, reading nothing.\n")
+      "and applies each one's ConfigMap at once, reading nothing."
+      f"{measured_on(results, 'reaction')}\n")
     w("| client | p50 ms | p90 ms | p99 ms | max ms | p50 per run |")
     w("|---|---:|---:|---:|---:|---|")
     stats = {}
@@ -198,8 +199,10 @@ def reaction_section(results, w, verdicts, out):
     w("")
     if "watch" in stats and "floor" in stats and "peer" in stats:
         wa, fl, pe = stats["watch"], stats["floor"], stats["peer"]
-        w(f"- samplectl watch / floor: p50 {wa[50] / max(fl[50], 0.001):.0f}x, "
-          f"p90 {wa[90] / max(fl[90], 0.001):.0f}x, p99 {wa[99] / max(fl[99], 0.001):.0f}x.")
+        # The floor is a fraction of a millisecond (the watch event can overtake the create's answer), so
+        # a ratio to it says nothing; the distance does.
+        w(f"- samplectl watch above the floor: p50 +{wa[50] - fl[50]:.1f} ms, p90 +{wa[90] - fl[90]:.1f} ms, "
+          f"p99 +{wa[99] - fl[99]:.1f} ms.")
         w(f"- samplectl watch / controller-runtime: p50 {wa[50] / pe[50]:.2f}, p90 {wa[90] / pe[90]:.2f}, "
           f"p99 {wa[99] / pe[99]:.2f}.")
         if "poll" in stats:
@@ -208,13 +211,15 @@ def reaction_section(results, w, verdicts, out):
         # the few milliseconds the three writes themselves take", and both are shown.
         mi = stats.get("minimal")
         if mi:
-            w(f"- samplectl watch / minimal client: p50 {wa[50] / mi[50]:.1f}x, p90 {wa[90] / mi[90]:.1f}x, "
-              f"p99 {wa[99] / mi[99]:.1f}x.")
+            w(f"- samplectl watch / minimal client: p50 {wa[50] / mi[50]:.2f}x, p90 {wa[90] / mi[90]:.2f}x, "
+              f"p99 {wa[99] / mi[99]:.2f}x.")
         verdicts.append(f"Reaction: samplectl watch p50 {wa[50]:.1f} ms, p99 {wa[99]:.1f} ms against a floor of "
-                        f"{fl[50]:.1f} / {fl[99]:.1f} ms: {wa[50] / max(fl[50], 0.001):.1f}x the floor at p50 "
-                        f"(aim: within 2x): {'met' if wa[50] <= 2 * fl[50] else 'not met'}"
-                        + (f"; against the minimal client ({mi[50]:.1f} ms) {wa[50] / mi[50]:.1f}x: "
-                           f"{'met' if wa[50] <= 2 * mi[50] else 'not met'}" if mi else "")
+                        f"{fl[50]:.1f} / {fl[99]:.1f} ms (the Sample itself seen; no controller can get its "
+                        f"ConfigMap seen in that time)"
+                        + (f"; against the minimal client ({mi[50]:.1f} / {mi[99]:.1f} ms) {wa[50] / mi[50]:.2f}x at "
+                           f"p50 and {wa[99] / mi[99]:.2f}x at p99 (aim: within 1.2x at both): "
+                           f"{'met' if wa[50] <= 1.2 * mi[50] and wa[99] <= 1.2 * mi[99] else 'not met'}"
+                           if mi else "")
                         + f"; controller-runtime's p50 is {pe[50]:.1f} ms.")
     chart = os.path.join(out, "reaction.png")
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -242,8 +247,11 @@ def convergence_section(results, w, verdicts, out):
       "client-side rate limit, 32 workers) sends the same creates itself and, right after each create "
       "answers, the three writes the contract needs: create the ConfigMap, create the Event, apply the "
       "status, with the Sample's UID taken from the create's answer, so it reads and watches nothing. It "
-      "is what the API server can take, with no controller in the way. Peak memory is the client's "
-      "VmHWM.\n")
+      "is what the API server can take, with no controller in the way: on these 2 cores the API server is "
+      "the bottleneck for it (8, 32 or 128 workers make no difference), so samplectl at or just under 1.0x "
+      "of it means samplectl is at the API server's pace too, not that it beats a floor. Peak memory is the "
+      "client's VmHWM."
+      f"{measured_on(results, 'convergence')}\n")
     w("| Samples | client | seconds | Samples/s | creates took s | peak RSS MiB |")
     w("|---:|---|---:|---:|---:|---:|")
     med = {}
