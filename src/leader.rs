@@ -93,9 +93,13 @@ impl Election {
                     None => self.renew_deadline,
                 };
                 let attempt = tokio::time::timeout(limit, self.try_acquire_or_renew(&api, &mut observed));
-                let outcome = attempt.await.unwrap_or_else(|_| {
-                    Err(anyhow!("the Lease request did not answer within {:.1}s", limit.as_secs_f64()))
-                });
+                // A release (SIGTERM, or the work ending) does not wait for a hung attempt.
+                let outcome = tokio::select! {
+                    outcome = attempt => outcome.unwrap_or_else(|_| {
+                        Err(anyhow!("the Lease request did not answer within {:.1}s", limit.as_secs_f64()))
+                    }),
+                    () = released(&mut release_rx) => return self.give_up(&api, &leading_tx).await,
+                };
                 health.lease(outcome.is_ok());
                 match outcome {
                     Ok(Look::Holding) => {
@@ -132,20 +136,24 @@ impl Election {
                 };
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {}
-                    () = async { let _ = release_rx.wait_for(|r| *r).await; } => {
-                        let was_leading = leading_tx.send_replace(false);
-                        if was_leading {
-                            match self.release(&api).await {
-                                Ok(()) => tracing::info!("released the lease {}/{}", self.namespace, self.name),
-                                Err(err) => tracing::warn!("cannot release the lease (it will expire): {err}"),
-                            }
-                        }
-                        return;
-                    }
+                    () = released(&mut release_rx) => return self.give_up(&api, &leading_tx).await,
                 }
             }
         });
         Ok(Candidate { leading, release, task })
+    }
+
+    /// Stops leading and, if this replica was leading, clears the Lease's holder so that a standby takes
+    /// over at its next retry.
+    async fn give_up(&self, api: &Api<Lease>, leading: &watch::Sender<bool>) {
+        if !leading.send_replace(false) {
+            return;
+        }
+        match tokio::time::timeout(self.renew_deadline, self.release(api)).await {
+            Ok(Ok(())) => tracing::info!("released the lease {}/{}", self.namespace, self.name),
+            Ok(Err(err)) => tracing::warn!("cannot release the lease (it will expire): {err}"),
+            Err(_) => tracing::warn!("releasing the lease did not answer in time; it will expire"),
+        }
     }
 
     fn now() -> MicroTime {
@@ -217,6 +225,10 @@ impl Election {
         api.replace(&self.name, &PostParams::default(), &lease).await?;
         Ok(())
     }
+}
+
+async fn released(release: &mut watch::Receiver<bool>) {
+    let _ = release.wait_for(|r| *r).await;
 }
 
 impl Candidate {
