@@ -36,6 +36,11 @@ pub struct Health {
     patience: Duration,
 }
 
+/// Whether a failed request says the API server is out of reach: no answer at all, or a 5xx.
+pub fn out_of_reach(err: &kube::Error) -> bool {
+    !matches!(err, kube::Error::Api(status) if status.code < 500)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -52,7 +57,16 @@ impl Health {
         }
     }
 
-    /// A list or a watch failed; the first failure since the API server last answered starts the clock.
+    /// A list or a watch failed with `err`: if the API server did not answer (a 4xx is an answer: the
+    /// server is there, it refused), the first such failure since it last answered starts the clock.
+    pub fn failed(&self, err: &kube::Error) {
+        if out_of_reach(err) {
+            self.unreachable();
+        }
+    }
+
+    /// A list or a watch got no answer; the first failure since the API server last answered starts the
+    /// clock.
     pub fn unreachable(&self) {
         let mut since = lock(&self.unreachable_since);
         if since.is_none() || self.answered_since(*since) {
@@ -231,6 +245,22 @@ mod tests {
         health.unreachable();
         std::thread::sleep(Duration::from_millis(60));
         assert!(health.alive().is_err(), "a new failure after the answer starts a new clock");
+    }
+
+    #[test]
+    fn a_refusal_is_an_answer_and_a_5xx_or_no_answer_is_not() {
+        let api = |code: u16| kube::Error::Api(Box::new(kube::core::Status::failure("x", "y").with_code(code)));
+        let health = Health::new(SHORT, LastAnswer::default());
+        health.synced.store(true, Ordering::Relaxed);
+        for refused in [403, 404, 410, 429] {
+            health.failed(&api(refused));
+            assert!(health.ready(), "{refused} is the server answering");
+        }
+        health.failed(&api(503));
+        assert!(!health.ready());
+        let health = Health::new(SHORT, LastAnswer::default());
+        health.failed(&kube::Error::LinesCodecMaxLineLengthExceeded);
+        assert!(health.out_of_reach_for().is_some(), "a transport failure is no answer");
     }
 
     #[test]

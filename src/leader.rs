@@ -11,9 +11,8 @@
 //! because kube sets no read timeout and a request to a wedged API server may never return. Releasing
 //! clears the holder so a standby takes over at its next retry.
 
-use std::time::{Duration, Instant};
-
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};

@@ -46,13 +46,7 @@ async fn churn(
     workers: u64,
     until: Instant,
 ) -> (BTreeMap<String, String>, usize) {
-    let ar = kube::discovery::ApiResource {
-        group: "example.com".into(),
-        version: "v1alpha1".into(),
-        api_version: "example.com/v1alpha1".into(),
-        kind: "Sample".into(),
-        plural: "samples".into(),
-    };
+    let ar = support::sample_resource();
     let samples: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
     let configmaps: Api<ConfigMap> = Api::namespaced(client, &ns);
     let apply = PatchParams::apply("churn").force();

@@ -126,6 +126,11 @@ fn a_configmap_deleted_while_its_watch_relists_is_recreated() {
 
     // The watch of samplectl's labelled ConfigMaps (not the metadata-only one of all other ConfigMaps).
     let watch = [&*format!("/namespaces/{}/configmaps?", ns.0), "watch=true", "managed-by%3Dsamplectl"];
+    // Its request may follow the first list by a moment on a busy machine.
+    eventually(Duration::from_secs(10), "the ConfigMap watch is open", || match proxy.connections_containing(&watch) {
+        0 => Err(controller.stderr()),
+        _ => Ok(()),
+    });
     let expiry = proxy.expire_next_request_containing(&watch);
     assert_eq!(proxy.cut_connections_containing(&watch), 1, "one watch of the labelled ConfigMaps");
     eventually(Duration::from_secs(20), "the watch reconnects and is held", || {

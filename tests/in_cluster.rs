@@ -328,24 +328,6 @@ fn one_leader_reconciles_and_a_standby_takes_over() {
     wait_ready(&ns.0, "s4", Duration::from_secs(20));
 }
 
-#[test]
-fn a_leader_that_loses_its_lease_stops_at_once() {
-    samplectl(&["install-crd"]).success();
-    let ns = Namespace::new("lease-lost");
-    let leader = candidate(&ns.0, "x");
-    logged(&leader, "leading as x", Duration::from_secs(20));
-    steal_the_lease(&ns.0);
-    let mut leader = leader;
-    let code = eventually(Duration::from_secs(10), "the leader exits", || match leader.child.try_wait().unwrap() {
-        Some(status) => Ok(status.code()),
-        None => Err(leader.stderr()),
-    });
-    let (_, log) = leader.stop("TERM", Duration::from_secs(1));
-    assert_eq!(code, Some(1), "{log}");
-    assert!(log.contains("lost the leader lease; abandoning the work in flight"), "{log}");
-    assert!(log.contains("error: lost the leader lease; stopped reconciling"), "{log}");
-}
-
 /// A leader whose Lease requests hang (a connection to a wedged API server; its other requests go on)
 /// steps down at its renew deadline, before the standby can take the Lease, and exits 1. Every write
 /// either of them sends goes through a proxy that notes when it passed: the old leader's last write is
@@ -407,8 +389,9 @@ fn a_leader_whose_renewals_hang_stops_writing_before_the_standby_starts() {
     }
 }
 
-/// Losing the Lease aborts what is in flight rather than finishing it: a reconcile whose requests hang
-/// (for up to their 10 s deadline) does not keep the old leader running.
+/// A leader that finds someone else holding the Lease stops at once with exit 1, and aborts what is in
+/// flight rather than finishing it: a reconcile whose requests hang (for up to their 10 s deadline) does
+/// not keep the old leader running.
 #[test]
 fn losing_the_lease_abandons_a_hung_reconcile() {
     samplectl(&["install-crd"]).success();
@@ -429,6 +412,7 @@ fn losing_the_lease_abandons_a_hung_reconcile() {
     assert!(gone < Duration::from_secs(4), "exited {gone:?} after the lease was taken:\n{log}");
     assert_eq!(code, Some(1), "{log}");
     assert!(log.contains("lost the leader lease; abandoning the work in flight"), "{log}");
+    assert!(log.contains("error: lost the leader lease; stopped reconciling"), "{log}");
 }
 
 /// SIGTERM finishes the work in flight, but only for --shutdown-timeout: a reconcile whose requests hang

@@ -445,4 +445,20 @@ fn reconcile_usage_errors() {
     let run = samplectl(&["reconcile", "--once", "--metrics-addr", &addr]);
     assert_eq!(run.code, 1, "{run:#?}");
     assert!(run.stderr.contains(&format!("error: cannot listen on {addr} for metrics")), "{run:#?}");
+    // Secure metrics need an address to serve on, and a certificate that can be read.
+    let run = samplectl(&["reconcile", "--metrics-secure"]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    assert!(run.stderr.contains("the following required arguments were not provided"), "{run:#?}");
+    assert!(run.stderr.contains("--metrics-addr <ADDR>"), "{run:#?}");
+    let run = samplectl(&[
+        "reconcile",
+        "--once",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--metrics-secure",
+        "--metrics-cert-dir",
+        "/nonexistent",
+    ]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(run.stderr.contains("error: cannot read the certificate /nonexistent/tls.crt"), "{run:#?}");
 }

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use support::{Background, Namespace, cluster, eventually, kubectl, kubectl_json, samplectl};
 
@@ -22,16 +21,6 @@ async fn client() -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(&cluster().kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
     kube::Client::try_from(config).unwrap()
-}
-
-fn samples_resource() -> ApiResource {
-    ApiResource {
-        group: "example.com".into(),
-        version: "v1alpha1".into(),
-        api_version: "example.com/v1alpha1".into(),
-        kind: "Sample".into(),
-        plural: "samples".into(),
-    }
 }
 
 /// One pair: the Sample, and the foreign ConfigMap `offset_ms` after it (before it, when negative).
@@ -69,7 +58,7 @@ async fn pair(samples: &Api<DynamicObject>, configmaps: &Api<ConfigMap>, name: &
 }
 
 fn apis(client: &kube::Client, ns: &str) -> (Api<DynamicObject>, Api<ConfigMap>) {
-    (Api::namespaced_with(client.clone(), ns, &samples_resource()), Api::namespaced(client.clone(), ns))
+    (Api::namespaced_with(client.clone(), ns, &support::sample_resource()), Api::namespaced(client.clone(), ns))
 }
 
 /// How long the controller takes from a Sample's create to its ConfigMap existing, on this machine

@@ -96,7 +96,7 @@ fn uid(sample: &DynamicObject) -> String {
 }
 
 /// Runs one request with [`REQUEST_TIMEOUT`], and words its failure for a person.
-async fn bounded<T>(request: impl Future<Output = kube::Result<T>>) -> Result<T, Failed> {
+pub(super) async fn bounded<T>(request: impl Future<Output = kube::Result<T>>) -> Result<T, Failed> {
     match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(err)) => Err(Failed::Api(err)),
@@ -105,12 +105,22 @@ async fn bounded<T>(request: impl Future<Output = kube::Result<T>>) -> Result<T,
 }
 
 /// A request that did not succeed.
-enum Failed {
+#[derive(Debug, thiserror::Error)]
+#[error("{}", self.message())]
+pub(super) enum Failed {
     Api(kube::Error),
     TimedOut,
 }
 
 impl Failed {
+    /// For /healthz: no answer, or a 5xx (a 4xx is the server refusing, not being away).
+    pub(super) fn out_of_reach(&self) -> bool {
+        match self {
+            Failed::Api(err) => crate::health::out_of_reach(err),
+            Failed::TimedOut => true,
+        }
+    }
+
     fn status(&self) -> Option<u16> {
         match self {
             Failed::Api(kube::Error::Api(status)) => Some(status.code),

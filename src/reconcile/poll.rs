@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::sample::{ChildAction, desired_status, managed_selector, plan};
-use super::{Context, Outcome, REQUEST_TIMEOUT, ReconcileError};
+use super::{Context, Failed, Outcome, ReconcileError, bounded};
 
 pub struct Poll {
     pub ctx: Arc<Context>,
@@ -39,17 +39,14 @@ const PAGE: u32 = 500;
 /// take, once that ConfigMap is deleted, for the Sample to become Ready.
 pub const CONFLICT_RECHECK_MAX: Duration = Duration::from_secs(10);
 
-async fn list_all<K>(api: &Api<K>, lp: ListParams) -> anyhow::Result<Vec<K>>
+async fn list_all<K>(api: &Api<K>, lp: ListParams) -> Result<Vec<K>, Failed>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut lp = lp.limit(PAGE);
     let mut items = Vec::new();
     loop {
-        let page = tokio::time::timeout(REQUEST_TIMEOUT, api.list(&lp))
-            .await
-            .map_err(|_| anyhow::anyhow!("the API server did not answer within {}s", REQUEST_TIMEOUT.as_secs()))?
-            .map_err(|e| anyhow::anyhow!(crate::error::describe(&e)))?;
+        let page = bounded(api.list(&lp)).await?;
         items.extend(page.items);
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => lp = lp.continue_token(&token),
@@ -206,7 +203,10 @@ impl Poll {
             let tick = self.tick(&mut state, once).await;
             if tick.is_ok() {
                 self.ctx.health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
-            } else {
+            }
+            if let Err(err) = &tick
+                && err.downcast_ref::<Failed>().is_none_or(Failed::out_of_reach)
+            {
                 self.ctx.health.unreachable();
             }
             match tick {

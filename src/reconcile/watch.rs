@@ -57,8 +57,8 @@ struct Shared {
 }
 
 /// Says, once per outage, that a watch was cut and is being reopened, and when it is back; the errors
-/// between (every failed reconnect) go to the debug log.
-/// It also tells /healthz and /readyz whether the API server is within reach.
+/// between (every failed reconnect) go to the debug log. It also tells /healthz and /readyz when the API
+/// server did not answer.
 struct Outage {
     what: &'static str,
     down: bool,
@@ -71,7 +71,14 @@ impl Outage {
     }
 
     fn failed(&mut self, err: &watcher::Error) {
-        self.health.unreachable();
+        match err {
+            watcher::Error::InitialListFailed(e)
+            | watcher::Error::WatchStartFailed(e)
+            | watcher::Error::WatchFailed(e) => self.health.failed(e),
+            // An ERROR event (410 Expired, ...) is the server answering.
+            watcher::Error::WatchError(_) => {}
+            _ => self.health.unreachable(),
+        }
         if !std::mem::replace(&mut self.down, true) {
             tracing::warn!("the watch of {} was cut ({}); reconnecting", self.what, watch_error(err));
         }

@@ -93,6 +93,15 @@ impl HangingProxy {
         expiry
     }
 
+    /// How many open connections have a latest request that contains every one of `parts`.
+    pub fn connections_containing(&self, parts: &[&str]) -> usize {
+        let connections = self.connections.lock().unwrap();
+        connections
+            .iter()
+            .filter(|c| parts.iter().all(|p| contains(&c.last_request.lock().unwrap(), p.as_bytes())))
+            .count()
+    }
+
     /// Closes every open connection whose latest request contains every one of `parts`, as a network
     /// blip would: the client sees its stream end.
     pub fn cut_connections_containing(&self, parts: &[&str]) -> usize {

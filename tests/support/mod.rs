@@ -116,6 +116,17 @@ fn binary_cache() -> PathBuf {
     }
 }
 
+/// The Sample resource, for tests that talk to the API server through kube directly.
+pub fn sample_resource() -> kube::discovery::ApiResource {
+    kube::discovery::ApiResource {
+        group: "example.com".into(),
+        version: "v1alpha1".into(),
+        api_version: "example.com/v1alpha1".into(),
+        kind: "Sample".into(),
+        plural: "samples".into(),
+    }
+}
+
 /// A namespace of the test's own, deleted (without waiting) when the test ends.
 pub struct Namespace(pub String);
 
