@@ -1,9 +1,21 @@
-//! Command-line surface: global flags shaped like kubectl's, one Args struct per subcommand.
+//! Command-line surface: global flags shaped like kubectl's, one Args struct per subcommand, and every
+//! check of what was typed. clap stops here: nothing below `cli` and `commands` sees a clap type, and
+//! every usage mistake ends in [`Cli::parse_checked`] with exit 2 and clap's message, before any
+//! kubeconfig is read or request sent.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::TypedValueParser;
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+
+use crate::cluster::client::ClientOptions;
+use crate::cluster::resolve::{Gvr, check_resource_name};
+use crate::controller::crd::serves_samples;
+use crate::controller::leader::Election;
+use crate::logging::LogFormat;
+use crate::output::color::ColorChoice;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -39,25 +51,31 @@ pub struct GlobalArgs {
     pub verbose: u8,
 
     /// Log lines on stderr as text or as JSON objects (for machines)
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    #[arg(long, global = true, value_name = "FORMAT", default_value = "text", value_parser = log_format())]
     pub log_format: LogFormat,
 
     /// When to colour output; NO_COLOR in the environment means never for `auto`
-    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto", value_parser = color_choice())]
     pub color: ColorChoice,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
+impl GlobalArgs {
+    pub fn client_options(&self) -> ClientOptions {
+        ClientOptions { kubeconfig: self.kubeconfig.clone(), context: self.context.clone() }
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ColorChoice {
-    Auto,
-    Always,
-    Never,
+fn log_format() -> impl TypedValueParser<Value = LogFormat> {
+    clap::builder::PossibleValuesParser::new(["text", "json"])
+        .map(|v| if v == "json" { LogFormat::Json } else { LogFormat::Text })
+}
+
+fn color_choice() -> impl TypedValueParser<Value = ColorChoice> {
+    clap::builder::PossibleValuesParser::new(["auto", "always", "never"]).map(|v| match v.as_str() {
+        "always" => ColorChoice::Always,
+        "never" => ColorChoice::Never,
+        _ => ColorChoice::Auto,
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -86,8 +104,8 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
     /// The resource to reconcile; anything but samples.example.com is only observed
-    #[arg(long, value_name = "GVR", default_value = "example.com/v1alpha1/samples")]
-    pub gvr: String,
+    #[arg(long, value_name = "GVR", default_value = "example.com/v1alpha1/samples", value_parser = Gvr::parse)]
+    pub gvr: Gvr,
 
     /// Driven by watch events instead of polling
     #[arg(long)]
@@ -144,7 +162,7 @@ pub struct ReconcileArgs {
 
     /// On SIGTERM, how long to let the work in flight finish before abandoning it (keep it inside the
     /// pod's termination grace period); 0 abandons it at once
-    #[arg(long, default_value = "20s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "20s", value_parser = crate::duration::parse, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
 
     /// Serve /healthz and /readyz on this address (e.g. 0.0.0.0:8081); off unless given
@@ -176,8 +194,8 @@ pub struct SelectArgs {
 
     /// The resource as GROUP/VERSION/RESOURCE, or VERSION/RESOURCE for the core group
     /// (example.com/v1alpha1/samples, v1/configmaps)
-    #[arg(long, value_name = "GVR")]
-    pub gvr: Option<String>,
+    #[arg(long, value_name = "GVR", value_parser = Gvr::parse)]
+    pub gvr: Option<Gvr>,
 
     /// Across all namespaces (adds a NAMESPACE column)
     #[arg(short = 'A', long)]
@@ -230,7 +248,7 @@ pub struct WatchArgs {
     pub watch_only: bool,
 
     /// Stop after this long (e.g. 30s, 5m) with exit 0
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = crate::duration::parse, value_name = "DURATION")]
     pub timeout: Option<Duration>,
 
     /// Stop after printing this many events with exit 0
@@ -255,54 +273,107 @@ pub struct InstallCrdArgs {
     pub print: bool,
 
     /// How long to wait for the CRD to become Established (e.g. 30s, 2m, 500ms); 0 does not wait
-    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_parser = crate::duration::parse, value_name = "DURATION")]
     pub timeout: Duration,
 }
 
-/// A duration of at least `MS` milliseconds: zero or a few nanoseconds would make the loop it paces spin
-/// against the API server.
-pub fn at_least<const MS: u64>(text: &str) -> Result<Duration, String> {
-    let value = parse_duration(text)?;
-    let min = Duration::from_millis(MS);
-    if value < min {
-        let min = if MS.is_multiple_of(1000) { format!("{}s", MS / 1000) } else { format!("{MS}ms") };
-        return Err(format!("{text:?} is too short: the smallest value allowed is {min}"));
-    }
-    Ok(value)
+/// A duration of at least `MS` milliseconds, for the flags that pace a loop.
+fn at_least<const MS: u64>(text: &str) -> Result<Duration, String> {
+    crate::duration::at_least(text, Duration::from_millis(MS))
 }
 
-/// Parses durations the way kubectl's flags take them: a number followed by ms, s, m or h, and combinations
-/// such as `1m30s`. A bare `0` is allowed because "0 means do not wait" is a common request.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {text:?}: use a number with a unit, such as 500ms, 30s, 2m or 1h");
-    let text = text.trim();
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if text.is_empty() {
-        return Err(bad());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        if digits == 0 {
-            return Err(bad());
+impl Cli {
+    /// Parses the command line and checks what clap's attributes cannot say, exiting 2 with clap's
+    /// message on any mistake, as clap does for its own.
+    pub fn parse_checked() -> Self {
+        let cli = Cli::parse();
+        if let Err(err) = cli.check() {
+            err.exit();
         }
-        let value: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let part = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(value),
-            "s" => Duration::from_secs(value),
-            "m" => value.checked_mul(60).map(Duration::from_secs).ok_or_else(bad)?,
-            "h" => value.checked_mul(3600).map(Duration::from_secs).ok_or_else(bad)?,
-            _ => return Err(bad()),
-        };
-        total = total.checked_add(part).ok_or_else(bad)?;
-        rest = &rest[unit_len..];
+        cli
     }
-    Ok(total)
+
+    /// Flag combinations that make no sense, told apart here rather than after a request.
+    pub fn check(&self) -> Result<(), clap::Error> {
+        let (subcommand, mistake) = match &self.command {
+            Command::List(args) => ("list", args.select.mistake()),
+            Command::Watch(args) => ("watch", args.select.mistake()),
+            Command::Reconcile(args) => ("reconcile", args.mistake()),
+            Command::InstallCrd(_) => return Ok(()),
+        };
+        let Some(mistake) = mistake else { return Ok(()) };
+        let mut command = Cli::command();
+        command.build();
+        let command = command.find_subcommand_mut(subcommand).expect("the subcommand exists");
+        Err(command.error(ErrorKind::ArgumentConflict, mistake))
+    }
+}
+
+impl SelectArgs {
+    /// The resource named, and the object name if one was given.
+    pub fn resource(&self) -> (Resource<'_>, Option<&str>) {
+        match (&self.gvr, self.names.as_slice()) {
+            (Some(gvr), names) => (Resource::Gvr(gvr), names.first().map(String::as_str)),
+            (None, [resource, rest @ ..]) => (Resource::Name(resource), rest.first().map(String::as_str)),
+            (None, []) => (Resource::Missing, None),
+        }
+    }
+
+    fn mistake(&self) -> Option<String> {
+        if let (Some(gvr), [_, extra, ..]) = (&self.gvr, self.names.as_slice()) {
+            return Some(format!(
+                "with --gvr, give at most one object name; unexpected {extra:?} (the resource is {gvr})"
+            ));
+        }
+        let (resource, name) = self.resource();
+        match resource {
+            Resource::Missing => {
+                return Some(
+                    "name a resource: --gvr GROUP/VERSION/RESOURCE (e.g. --gvr example.com/v1alpha1/samples) or a \
+                     resource name (e.g. samples)"
+                        .to_owned(),
+                );
+            }
+            Resource::Name(name) => {
+                if let Err(why) = check_resource_name(name) {
+                    return Some(why);
+                }
+            }
+            Resource::Gvr(_) => {}
+        }
+        if self.all_namespaces && name.is_some() {
+            return Some("a resource cannot be retrieved by name across all namespaces".to_owned());
+        }
+        match self.output {
+            Some(format @ (OutputFormat::Json | OutputFormat::Yaml | OutputFormat::Name)) if self.show_labels => {
+                let format = format.to_possible_value().expect("no variant is skipped");
+                Some(format!("--show-labels option cannot be used with {} printer", format.get_name()))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How the resource was named on the command line.
+#[derive(Debug, Clone, Copy)]
+pub enum Resource<'a> {
+    Gvr(&'a Gvr),
+    Name(&'a str),
+    Missing,
+}
+
+impl ReconcileArgs {
+    fn mistake(&self) -> Option<String> {
+        if self.watch && self.once && !serves_samples(&self.gvr) {
+            return Some(
+                "--once with --watch applies to Samples only; use --once without --watch to observe once".into(),
+            );
+        }
+        if self.leader_elect {
+            return Election::check_timing(self.lease_duration, self.renew_deadline, self.retry_period).err();
+        }
+        None
+    }
 }
 
 #[cfg(test)]
@@ -310,51 +381,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_with_units() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
-    }
-
-    #[test]
-    fn pacing_durations_have_a_floor() {
-        assert_eq!(at_least::<100>("100ms"), Ok(Duration::from_millis(100)));
-        assert_eq!(at_least::<1000>("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(at_least::<100>("0").unwrap_err(), "\"0\" is too short: the smallest value allowed is 100ms");
-        assert_eq!(at_least::<1000>("999ms").unwrap_err(), "\"999ms\" is too short: the smallest value allowed is 1s");
-        assert!(at_least::<100>("fast").unwrap_err().contains("invalid duration"));
-    }
-
-    #[test]
-    fn durations_rejected() {
-        for bad in ["", "30", "s", "-1s", "1.5s", "3d", "10 s", "ms5", "99999999999999999999h"] {
-            let err = parse_duration(bad).unwrap_err();
-            assert!(err.contains("invalid duration"), "{bad:?} gave {err}");
-        }
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn any_duration_text_parses_or_is_refused(text in "\\PC{0,30}") {
-            let _ = parse_duration(&text);
-        }
-
-        /// Sums of parts with units parse to exactly their total.
-        #[test]
-        fn composed_durations_add_up(h in 0u64..100, m in 0u64..1000, s in 0u64..100_000, ms in 0u64..100_000) {
-            let text = format!("{h}h{m}m{s}s{ms}ms");
-            let want = Duration::from_secs(h * 3600 + m * 60 + s) + Duration::from_millis(ms);
-            proptest::prop_assert_eq!(parse_duration(&text), Ok(want));
-        }
-    }
-
-    #[test]
     fn cli_is_well_formed() {
-        use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    fn mistake(args: &[&str]) -> Option<String> {
+        let cli = Cli::try_parse_from(std::iter::once("samplectl").chain(args.iter().copied())).unwrap();
+        cli.check().err().map(|err| err.to_string())
+    }
+
+    #[test]
+    fn flag_combinations_are_checked_before_any_request() {
+        assert_eq!(mistake(&["list", "samples"]), None);
+        assert_eq!(mistake(&["list", "--gvr", "v1/configmaps", "x"]), None);
+        let said = |args: &[&str], what: &str| {
+            let got = mistake(args).unwrap_or_default();
+            assert!(got.contains(what), "{args:?}: {got}");
+        };
+        said(&["list"], "name a resource");
+        said(&["list", "--gvr", "v1/configmaps", "a", "b"], "at most one object name; unexpected \"b\"");
+        said(&["watch", "sam ples"], "invalid resource name \"sam ples\"");
+        said(&["list", "samples", "x", "-A"], "cannot be retrieved by name across all namespaces");
+        said(&["list", "samples", "-o", "json", "--show-labels"], "--show-labels option cannot be used with json");
+        said(&["reconcile", "--gvr", "v1/configmaps", "--watch", "--once"], "applies to Samples only");
+        said(&["reconcile", "--leader-elect", "--renew-deadline", "20s"], "--renew-deadline must be shorter");
+        said(&["reconcile", "--leader-elect", "--retry-period", "10s"], "--retry-period must be shorter");
+        assert_eq!(mistake(&["reconcile", "--renew-deadline", "20s"]), None, "only checked with --leader-elect");
     }
 }

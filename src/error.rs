@@ -1,50 +1,38 @@
-//! Turns any failure into the line a kubectl user expects on stderr, and an exit code.
+//! Turns any failure into the line a kubectl user expects on stderr, and an exit code. A leaf: it depends
+//! on no other module of samplectl, so every layer can word its errors through it.
 
 use std::io;
 
 use kube::core::Status;
 
-use crate::client;
-
-/// A mistake in how samplectl was called (a malformed flag value), as opposed to a failure while doing the
-/// work. Exits 2 like clap's own usage errors.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
 pub const EXIT_FAILURE: i32 = 1;
-pub const EXIT_USAGE: i32 = 2;
 
 /// What to print and how to exit for a failed command. `None` means the failure is not one: the reader of
-/// our stdout went away (`samplectl list | head`), which ends the command quietly with success.
-pub fn report(err: &anyhow::Error) -> Option<(String, i32)> {
+/// our stdout went away (`samplectl list | head`), which ends the command quietly with success. `server`
+/// is the API server's address, named in connection failures as kubectl names it.
+pub fn report(err: &anyhow::Error, server: Option<&str>) -> Option<(String, i32)> {
     if is_broken_pipe(err) {
         return None;
     }
-    if let Some(usage) = err.downcast_ref::<UsageError>() {
-        return Some((format!("error: {usage}"), EXIT_USAGE));
-    }
-    Some((message(err), EXIT_FAILURE))
+    Some((message(err, server.unwrap_or("the server")), EXIT_FAILURE))
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| cause.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
 }
 
-fn message(err: &anyhow::Error) -> String {
+fn message(err: &anyhow::Error, server: &str) -> String {
     if let Some(status) = err.chain().find_map(api_status) {
         return from_server(status);
     }
-    if let Some(io_err) = err.chain().find_map(|c| c.downcast_ref::<io::Error>()) {
-        let server = client::server().unwrap_or("the server");
-        if io_err.kind() == io::ErrorKind::ConnectionRefused {
-            return format!(
-                "error: the connection to the server {server} was refused - did you specify the right host or port?"
-            );
-        }
+    if let Some(io_err) = err.chain().find_map(|c| c.downcast_ref::<io::Error>())
+        && io_err.kind() == io::ErrorKind::ConnectionRefused
+    {
+        return format!(
+            "error: the connection to the server {server} was refused - did you specify the right host or port?"
+        );
     }
     if err.chain().any(|c| c.downcast_ref::<kube::Error>().is_some_and(is_transport)) {
-        let server = client::server().unwrap_or("the server");
         return format!("error: unable to connect to the server {server}: {}", innermost(err));
     }
     format!("error: {}", join_causes(err.chain()))
@@ -116,28 +104,22 @@ mod tests {
         let err = anyhow::Error::new(status(403, "Forbidden", "samples.example.com is forbidden: User \"x\""))
             .context("cannot list samples");
         assert_eq!(
-            report(&err),
+            report(&err, None),
             Some(("Error from server (Forbidden): samples.example.com is forbidden: User \"x\"".into(), 1))
         );
         let err = anyhow::Error::new(status(401, "Unauthorized", "Unauthorized"));
-        assert_eq!(report(&err).unwrap().0, "error: You must be logged in to the server (Unauthorized)");
-    }
-
-    #[test]
-    fn usage_errors_exit_2() {
-        let err = anyhow::Error::new(UsageError("bad --gvr".into()));
-        assert_eq!(report(&err), Some(("error: bad --gvr".into(), 2)));
+        assert_eq!(report(&err, None).unwrap().0, "error: You must be logged in to the server (Unauthorized)");
     }
 
     #[test]
     fn broken_pipe_is_not_a_failure() {
         let err = anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe)).context("writing output");
-        assert_eq!(report(&err), None);
+        assert_eq!(report(&err, None), None);
     }
 
     #[test]
     fn other_errors_keep_their_causes_once() {
         let err = Err::<(), _>(io::Error::other("disk on fire")).context("cannot write file").unwrap_err();
-        assert_eq!(report(&err).unwrap().0, "error: cannot write file: disk on fire");
+        assert_eq!(report(&err, None).unwrap().0, "error: cannot write file: disk on fire");
     }
 }

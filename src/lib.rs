@@ -1,20 +1,16 @@
 //! samplectl: list, watch and reconcile any Kubernetes resource without generated types, and run a
 //! controller for `Sample` custom resources (`samples.example.com/v1alpha1`).
+//!
+//! Layers, each depending only on those after it: `cli` and `commands` (the command line), `controller`
+//! (the only writer), `output` (printing), `cluster` (reading from the API server), and the leaves
+//! `error`, `duration`, `logging` and `signal`. ARCHITECTURE.md is the map.
 
-pub mod changes;
 pub mod cli;
-pub mod client;
+pub mod cluster;
 pub mod commands;
+pub mod controller;
+pub mod duration;
 pub mod error;
-pub mod fetch;
-pub mod health;
-pub mod leader;
 pub mod logging;
-pub mod metrics;
-pub mod metrics_access;
 pub mod output;
-pub mod reconcile;
-pub mod requests;
-pub mod resource;
 pub mod signal;
-pub mod tls;

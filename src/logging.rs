@@ -2,7 +2,14 @@
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::LogFormat;
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// The message alone, for people.
+    Text,
+    /// One JSON object per line with the structured fields, for machines.
+    Json,
+}
 
 /// The filter for a number of `-v` flags: samplectl's own notices by default, its debug detail and the
 /// client's requests with more. kube's client builder logs every failed request at ERROR; samplectl reports

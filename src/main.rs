@@ -2,17 +2,16 @@ use std::io;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::Parser;
 
 use samplectl::cli::{Cli, Command};
-use samplectl::client::Connection;
+use samplectl::cluster::client::{self, Connection};
 use samplectl::commands::{install_crd, list, reconcile, watch};
 use samplectl::output::color;
 use samplectl::{error, logging};
 
 fn main() -> ExitCode {
-    // clap prints help and usage errors itself and exits 0 or 2.
-    let cli = Cli::parse();
+    // clap prints help and usage errors itself and exits 0 or 2, before anything else happens.
+    let cli = Cli::parse_checked();
     let stderr_color = color::stderr_enabled(cli.global.color);
     logging::init(cli.global.verbose, cli.global.log_format, stderr_color);
 
@@ -25,7 +24,7 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => match error::report(&err) {
+        Err(err) => match error::report(&err, client::server()) {
             None => ExitCode::SUCCESS,
             Some((message, code)) => {
                 eprintln!("{}", color::paint_error(&message, stderr_color));
@@ -40,19 +39,19 @@ async fn run(cli: Cli) -> Result<()> {
     match &cli.command {
         Command::InstallCrd(args) if args.print => install_crd::print(&mut stdout),
         Command::InstallCrd(args) => {
-            let conn = Connection::new(&cli.global).await?;
+            let conn = Connection::new(&cli.global.client_options()).await?;
             install_crd::run(&conn, args, &mut stdout).await
         }
         Command::List(args) => {
-            let conn = Connection::new(&cli.global).await?;
+            let conn = Connection::new(&cli.global.client_options()).await?;
             list::run(&conn, cli.global.namespace.as_deref(), args, &mut stdout).await
         }
         Command::Watch(args) => {
-            let conn = Connection::new(&cli.global).await?;
+            let conn = Connection::new(&cli.global.client_options()).await?;
             watch::run(&conn, cli.global.namespace.as_deref(), args, &mut stdout).await
         }
         Command::Reconcile(args) => {
-            let conn = Connection::new(&cli.global).await?;
+            let conn = Connection::new(&cli.global.client_options()).await?;
             reconcile::run(&conn, cli.global.namespace.as_deref(), args).await
         }
     }

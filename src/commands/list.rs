@@ -3,11 +3,12 @@
 use std::io::Write;
 
 use anyhow::Result;
+use futures::TryStreamExt;
 
 use crate::cli::ListArgs;
-use crate::client::Connection;
+use crate::cluster::client::Connection;
+use crate::cluster::read::{get_one, list_pages};
 use crate::commands::select::{Printing, list_params, select};
-use crate::fetch::{get_one, list_page};
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 
 pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, out: &mut impl Write) -> Result<()> {
@@ -36,21 +37,21 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, ou
         return Ok(());
     }
 
-    let mut lp = list_params(args);
-    let mut pages = 0;
+    let lp = list_params(args);
+    let mut pages = std::pin::pin!(list_pages(&conn.client, target, &lp, shape));
+    let mut read = 0;
     match selection.printing {
         Printing::Table { wide } => {
             let mut table = TableWriter::new(out, None);
             let mut layout = None;
             let mut count = 0;
-            loop {
-                let page = list_page(&conn.client, target, &lp, shape).await?;
-                pages += 1;
+            while let Some(page) = pages.try_next().await? {
+                read += 1;
                 count += page.items.len();
                 tracing::debug!(
-                    page = pages,
+                    page = read,
                     items = page.items.len(),
-                    "listed a page: page {pages}, {} items",
+                    "listed a page: page {read}, {} items",
                     page.items.len()
                 );
                 if !page.items.is_empty() {
@@ -65,10 +66,6 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, ou
                     let rows: Vec<_> = page.items.iter().map(|item| layout.row(item, None)).collect();
                     table.write_rows(&rows)?;
                 }
-                match page.continue_token {
-                    Some(token) => lp.continue_token = Some(token),
-                    None => break,
-                }
             }
             if count == 0 {
                 eprintln!("{}", target.nothing_found());
@@ -76,23 +73,20 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, ou
         }
         Printing::Objects(format) => {
             let mut writer = selection.object_printer(format, args).list(out);
-            let resource_version = loop {
-                let page = list_page(&conn.client, target, &lp, shape).await?;
-                pages += 1;
+            let mut resource_version = String::new();
+            while let Some(page) = pages.try_next().await? {
+                read += 1;
                 tracing::debug!(
-                    page = pages,
+                    page = read,
                     items = page.items.len(),
-                    "listed a page: page {pages}, {} items",
+                    "listed a page: page {read}, {} items",
                     page.items.len()
                 );
                 for item in &page.items {
                     writer.item(item)?;
                 }
-                match page.continue_token {
-                    Some(token) => lp.continue_token = Some(token),
-                    None => break page.resource_version,
-                }
-            };
+                resource_version = page.resource_version;
+            }
             writer.finish(&resource_version)?;
         }
     }

@@ -1,5 +1,5 @@
-//! One module per subcommand; each is thin: it resolves what it needs, calls the API and hands the result
-//! to `output`.
+//! One thin module per subcommand: it turns the parsed arguments into what the library takes, calls
+//! `cluster` or `controller`, and hands the result to `output`. No logic of its own beyond that.
 
 pub mod install_crd;
 pub mod list;

@@ -3,7 +3,13 @@
 
 use std::io::IsTerminal;
 
-use crate::cli::ColorChoice;
+/// `--color`'s three answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
 
 pub fn enabled(choice: ColorChoice, is_terminal: bool, no_color_env: bool) -> bool {
     match choice {

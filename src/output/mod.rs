@@ -1,5 +1,6 @@
-//! Everything that writes for the user: colour decisions now; tables, json, yaml and watch lines as the
-//! commands that print them arrive.
+//! Everything written for the user to read: kubectl's tables (from the server's columns), json, yaml and
+//! name output, watch lines, and colour. It formats what `cluster` read; it sends no request and decides
+//! nothing about what to read.
 
 pub mod color;
 pub mod objects;

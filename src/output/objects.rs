@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde_json::Value;
 use serde_json::ser::PrettyFormatter;
 
-use crate::fetch::Item;
-use crate::resource::Resolved;
+use crate::cluster::read::Item;
+use crate::cluster::resolve::Resolved;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectFormat {
@@ -147,7 +147,7 @@ impl<W: Write> ListWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fetch::object_item;
+    use crate::cluster::read::object_item;
     use kube::discovery::ApiResource;
 
     fn configmaps() -> Resolved {

@@ -11,7 +11,7 @@ use tabled::grid::util::string::get_text_width;
 use tabled::settings::object::Columns;
 use tabled::settings::{Padding, Style, Width};
 
-use crate::fetch::{Column, Item};
+use crate::cluster::read::{Column, Item};
 
 const GAP: usize = 3;
 const MIN_WIDTH: usize = 6;

@@ -11,8 +11,6 @@ use kube::core::discovery::v2::{APIGroupDiscoveryList, APIResourceDiscovery};
 use kube::discovery::ApiResource;
 use kube::{Api, Client};
 
-use crate::error::UsageError;
-
 /// A parsed `--gvr`. The group is empty for the core group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gvr {
@@ -25,8 +23,9 @@ const GVR_FORM: &str = "expected GROUP/VERSION/RESOURCE such as example.com/v1al
                         or VERSION/RESOURCE for the core group such as v1/configmaps";
 
 impl Gvr {
-    pub fn parse(text: &str) -> Result<Self, UsageError> {
-        let bad = |why: &str| UsageError(format!("invalid --gvr {text:?}: {why}; {GVR_FORM}"));
+    /// Reads `GROUP/VERSION/RESOURCE`; the error says what is wrong with it and what the form is.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let bad = |why: &str| format!("{why}; {GVR_FORM}");
         let parts: Vec<&str> = text.split('/').collect();
         let (group, version, resource) = match parts[..] {
             [version, resource] => ("", version, resource),
@@ -55,6 +54,23 @@ impl Gvr {
     fn group_version(&self) -> String {
         if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
     }
+}
+
+impl std::fmt::Display for Gvr {
+    /// As it was written: `example.com/v1alpha1/samples`, or `v1/configmaps` for the core group.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.group_version(), self.resource)
+    }
+}
+
+/// Whether `input` can be a kubectl-style resource name at all; the error says what one looks like.
+pub fn check_resource_name(input: &str) -> Result<(), String> {
+    if input.is_empty() || input.chars().any(|c| c.is_whitespace() || c == '/') {
+        return Err(format!(
+            "invalid resource name {input:?}: expected a name such as samples, smp or deployments.apps, or use --gvr"
+        ));
+    }
+    Ok(())
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -103,7 +119,7 @@ pub struct UnknownResource(pub String);
 const DISCOVERY_GRACE: Duration = Duration::from_secs(10);
 const DISCOVERY_RETRY: Duration = Duration::from_millis(250);
 
-pub async fn resolve_gvr(client: &Client, gvr: &Gvr, input: &str) -> Result<Resolved> {
+pub async fn resolve_gvr(client: &Client, gvr: &Gvr) -> Result<Resolved> {
     let deadline = tokio::time::Instant::now() + DISCOVERY_GRACE;
     loop {
         if let Some(found) = find_in_group_version(client, gvr).await? {
@@ -112,7 +128,7 @@ pub async fn resolve_gvr(client: &Client, gvr: &Gvr, input: &str) -> Result<Reso
         let crd_name = format!("{}.{}", gvr.resource, gvr.group);
         let pending = !gvr.group.is_empty() && crd_serves(client, &crd_name, &gvr.version).await;
         if !pending || tokio::time::Instant::now() >= deadline {
-            return Err(UnknownResource(input.to_owned()).into());
+            return Err(UnknownResource(gvr.to_string()).into());
         }
         tracing::debug!(crd = crd_name, "the CRD exists but discovery does not show it yet; retrying");
         tokio::time::sleep(DISCOVERY_RETRY).await;
@@ -154,12 +170,7 @@ async fn crd_serves(client: &Client, name: &str, version: &str) -> bool {
 /// A kubectl-style resource name: `samples`, `sample`, `Sample`, `smp`, optionally qualified by group
 /// (`samples.example.com`) or by version and group (`deployments.v1.apps`).
 pub async fn resolve_name(client: &Client, input: &str) -> Result<Resolved> {
-    if input.is_empty() || input.chars().any(|c| c.is_whitespace() || c == '/') {
-        return Err(UsageError(format!(
-            "invalid resource name {input:?}: expected a name such as samples, smp or deployments.apps, or use --gvr"
-        ))
-        .into());
-    }
+    check_resource_name(input).map_err(anyhow::Error::msg)?;
     let deadline = tokio::time::Instant::now() + DISCOVERY_GRACE;
     loop {
         let core = client.list_core_api_versions_aggregated().await.context("cannot discover the core API")?;

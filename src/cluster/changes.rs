@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::fetch::Item;
+use super::read::Item;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {

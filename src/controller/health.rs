@@ -14,10 +14,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::metrics::Metrics;
-use crate::metrics_access::{Decision, MetricsAccess, bearer};
-use crate::requests::LastAnswer;
-use crate::tls::TlsListener;
+use super::metrics::Metrics;
+use super::metrics_access::{Decision, MetricsAccess, bearer};
+use super::tls::TlsListener;
+use crate::cluster::requests::LastAnswer;
 
 pub struct Health {
     /// The driver has seen every Sample (poll: a full pass done; watch: the Samples listed at start-up).

@@ -7,10 +7,17 @@ use std::sync::OnceLock;
 use anyhow::{Context, Result};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
-use crate::cli::GlobalArgs;
-use crate::error::join_causes;
-use crate::requests::{LastAnswer, RequestCounter};
 use tower::util::{MapRequestLayer, MapResponseLayer};
+
+use super::requests::{LastAnswer, RequestCounter};
+use crate::error::join_causes;
+
+/// Where the client configuration comes from, as kubectl's `--kubeconfig` and `--context` say it.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+}
 
 /// A client and what commands need to know about where it points.
 #[derive(Clone)]
@@ -38,8 +45,8 @@ pub fn user_agent() -> String {
 }
 
 impl Connection {
-    pub async fn new(global: &GlobalArgs) -> Result<Self> {
-        let mut config = load_config(global.kubeconfig.as_deref(), global.context.as_deref()).await?;
+    pub async fn new(options: &ClientOptions) -> Result<Self> {
+        let mut config = load_config(options.kubeconfig.as_deref(), options.context.as_deref()).await?;
         // kube sends no User-Agent of its own; kubectl and client-go name themselves, and audit logs and
         // API priority and fairness debugging rely on it.
         if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {

@@ -4,20 +4,24 @@
 //! reconciles it started: one slow Sample holds one slot, not the next tick, and a Sample whose
 //! reconcile is still running is not started again. Failures back off per Sample; a Sample blocked by
 //! someone else's ConfigMap is looked at again with a backoff of its own, capped at
-//! [`CONFLICT_RECHECK_MAX`], rather than costing a request every tick.
+//! [`CONFLICT_RECHECK_MAX`](super::backoff::CONFLICT_RECHECK_MAX), rather than costing a request every
+//! tick. Both backoffs live in the context's one store.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, ListParams};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::engine::{Context, Failed, Outcome, ReconcileError, bounded, key, uid};
 use super::sample::{ChildAction, desired_status, managed_selector, plan};
-use super::{Context, Failed, Outcome, ReconcileError, bounded};
+use crate::cluster::read::pages;
+use crate::cluster::scope;
 
 pub struct Poll {
     pub ctx: Arc<Context>,
@@ -35,31 +39,17 @@ pub struct Pass {
 
 const PAGE: u32 = 500;
 
-/// The longest wait before a Sample blocked by another's ConfigMap is looked at again: how long it may
-/// take, once that ConfigMap is deleted, for the Sample to become Ready.
-pub const CONFLICT_RECHECK_MAX: Duration = Duration::from_secs(10);
-
+/// Every object `api` lists, page by page, each page bounded by the request timeout.
 async fn list_all<K>(api: &Api<K>, lp: ListParams) -> Result<Vec<K>, Failed>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let mut lp = lp.limit(PAGE);
-    let mut items = Vec::new();
-    loop {
-        let page = bounded(api.list(&lp)).await?;
-        items.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => lp = lp.continue_token(&token),
-            None => return Ok(items),
-        }
-    }
-}
-
-/// When a Sample may be looked at again, and why it waits.
-struct Waiting {
-    until: Instant,
-    /// Consecutive conflicts, for the recheck backoff (0 for a failure, whose backoff the context keeps).
-    conflicts: u32,
+    pages(lp.limit(PAGE), |lp| async move { bounded(api.list(&lp)).await })
+        .try_fold(Vec::new(), |mut items, page| async move {
+            items.extend(page.items);
+            Ok(items)
+        })
+        .await
 }
 
 /// One reconcile, as it ended.
@@ -67,7 +57,6 @@ type Done = (DynamicObject, Result<Outcome, ReconcileError>);
 
 /// The driver's state across ticks.
 struct State {
-    waiting: HashMap<String, Waiting>,
     running: HashSet<String>,
     tasks: JoinSet<Done>,
     slots: Arc<Semaphore>,
@@ -75,31 +64,10 @@ struct State {
     not_ready: Vec<String>,
 }
 
-fn uid(sample: &DynamicObject) -> String {
-    sample.metadata.uid.clone().unwrap_or_default()
-}
-
-fn key(sample: &DynamicObject) -> String {
-    format!(
-        "{}/{}",
-        sample.metadata.namespace.as_deref().unwrap_or_default(),
-        sample.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
-/// The recheck delay after `n` conflicts in a row: 1s, 2s, 4s, 8s, then [`CONFLICT_RECHECK_MAX`].
-pub fn conflict_delay(n: u32) -> Duration {
-    Duration::from_secs(1u64 << n.saturating_sub(1).min(4)).min(CONFLICT_RECHECK_MAX)
-}
-
 impl Poll {
     fn apis(&self) -> (Api<DynamicObject>, Api<ConfigMap>) {
-        let client = self.ctx.client.clone();
-        let ar = &self.ctx.samples.ar;
-        match &self.namespace {
-            Some(ns) => (Api::namespaced_with(client.clone(), ns, ar), Api::namespaced(client, ns)),
-            None => (Api::all_with(client.clone(), ar), Api::all(client)),
-        }
+        let (client, namespace) = (self.ctx.client.clone(), self.namespace.as_deref());
+        (scope::dynamic(client.clone(), &self.ctx.samples.ar, namespace), scope::api(client, namespace))
     }
 
     /// Lists, and starts a reconcile for each Sample that differs from what it wants and is neither
@@ -120,7 +88,7 @@ impl Poll {
         let now = Instant::now();
         let count = samples.len();
         let present: HashSet<String> = samples.iter().map(uid).collect();
-        state.waiting.retain(|uid, _| present.contains(uid));
+        self.ctx.backoff.retain(&present);
         let mut started = 0;
         for sample in samples {
             let uid = uid(&sample);
@@ -136,13 +104,13 @@ impl Poll {
                 && planned.child == ChildAction::None
                 && desired_status(&sample, &self.ctx.samples.ar, &planned.readiness, "").is_none();
             if converged {
-                state.waiting.remove(&uid);
+                self.ctx.backoff.clear(&uid);
                 if once && !planned.readiness.ready {
                     state.not_ready.push(format!("{} ({})", key(&sample), planned.readiness.reason));
                 }
                 continue;
             }
-            if !once && state.waiting.get(&uid).is_some_and(|w| w.until > now) {
+            if !once && self.ctx.backoff.waiting(&uid, now) {
                 continue;
             }
             state.running.insert(uid);
@@ -163,23 +131,20 @@ impl Poll {
         state.running.remove(&uid);
         let not_ready = match result {
             Ok(Outcome::Ready | Outcome::Deleting) => {
-                state.waiting.remove(&uid);
+                self.ctx.backoff.clear(&uid);
                 None
             }
             Ok(Outcome::NotReady(reason)) => {
-                state.waiting.remove(&uid);
+                self.ctx.backoff.clear(&uid);
                 Some(reason)
             }
             Ok(Outcome::Conflict) => {
-                let conflicts = state.waiting.get(&uid).map_or(0, |w| w.conflicts) + 1;
-                let until = Instant::now() + conflict_delay(conflicts);
-                state.waiting.insert(uid, Waiting { until, conflicts });
+                self.ctx.backoff.conflicted(&uid);
                 Some("ConfigMapConflict".to_owned())
             }
             Err(err) => {
                 let delay = self.ctx.failed(&sample);
                 tracing::warn!("{err}; retrying in {}s", delay.as_secs());
-                state.waiting.insert(uid, Waiting { until: Instant::now() + delay, conflicts: 0 });
                 Some(format!("{}: {}", err.action, err.message))
             }
         };
@@ -192,7 +157,6 @@ impl Poll {
     /// With `once`, one tick, and the result once its reconciles are done.
     pub async fn run(&self, once: bool, mut stop: watch::Receiver<bool>) -> anyhow::Result<Option<Pass>> {
         let mut state = State {
-            waiting: HashMap::new(),
             running: HashSet::new(),
             tasks: JoinSet::new(),
             slots: Arc::new(Semaphore::new(self.concurrency.max(1))),
@@ -236,16 +200,5 @@ impl Poll {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn conflicts_are_rechecked_less_often_up_to_a_cap() {
-        let delays: Vec<u64> = (1..=7).map(|n| conflict_delay(n).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 10, 10, 10]);
     }
 }

@@ -23,8 +23,7 @@ use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::error::UsageError;
-use crate::health::Health;
+use super::health::Health;
 
 #[derive(Debug, Clone)]
 pub struct Election {
@@ -66,18 +65,24 @@ struct Observed {
 }
 
 impl Election {
-    pub fn validate(&self) -> Result<(), UsageError> {
-        if self.renew_deadline >= self.lease_duration {
-            return Err(UsageError("--renew-deadline must be shorter than --lease-duration".into()));
+    /// The order the three timings must keep, as client-go's leader election requires it; the command
+    /// line checks it before anything starts.
+    pub fn check_timing(
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    ) -> Result<(), String> {
+        if renew_deadline >= lease_duration {
+            return Err("--renew-deadline must be shorter than --lease-duration".into());
         }
-        if self.retry_period >= self.renew_deadline {
-            return Err(UsageError("--retry-period must be shorter than --renew-deadline".into()));
+        if retry_period >= renew_deadline {
+            return Err("--retry-period must be shorter than --renew-deadline".into());
         }
         Ok(())
     }
 
     pub fn start(self, client: Client, health: Arc<Health>) -> Result<Candidate> {
-        self.validate()?;
+        Self::check_timing(self.lease_duration, self.renew_deadline, self.retry_period).map_err(anyhow::Error::msg)?;
         let (leading_tx, leading) = watch::channel(false);
         let (release, mut release_rx) = watch::channel(false);
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
@@ -244,21 +249,13 @@ impl Candidate {
 mod tests {
     use super::*;
 
-    fn election(lease: u64, renew: u64, retry: u64) -> Election {
-        Election {
-            name: "l".into(),
-            namespace: "n".into(),
-            identity: "me".into(),
-            lease_duration: Duration::from_secs(lease),
-            renew_deadline: Duration::from_secs(renew),
-            retry_period: Duration::from_secs(retry),
-        }
-    }
-
     #[test]
     fn durations_must_nest() {
-        assert!(election(15, 10, 2).validate().is_ok());
-        assert!(election(10, 10, 2).validate().unwrap_err().0.contains("--renew-deadline"));
-        assert!(election(15, 10, 10).validate().unwrap_err().0.contains("--retry-period"));
+        let check = |lease, renew, retry| {
+            Election::check_timing(Duration::from_secs(lease), Duration::from_secs(renew), Duration::from_secs(retry))
+        };
+        assert!(check(15, 10, 2).is_ok());
+        assert!(check(10, 10, 2).unwrap_err().contains("--renew-deadline"));
+        assert!(check(15, 10, 10).unwrap_err().contains("--retry-period"));
     }
 }

@@ -1,18 +1,12 @@
-//! The controller: one reconcile function for a Sample, shared by the two drivers (`poll`, the original
-//! list-every-second loop done right, and `watch`, kube-runtime's Controller), plus `observe` for any
-//! other resource, which only reports what changed.
-
-pub mod events;
-pub mod observe;
-pub mod poll;
-pub mod sample;
-pub mod watch;
+//! One reconcile of a Sample, shared by both drivers: make the world match what `sample` plans, with
+//! the safe writes (create-if-absent, preconditioned updates) that never take over a ConfigMap that is
+//! not the Sample's, a status written only when it changes, and an Event when something changed or
+//! failed. It decides nothing about when to run: that is the drivers' job.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use events::EventQueue;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -20,10 +14,13 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::Value;
 
-use crate::health::Health;
-use crate::metrics::Metrics;
-use crate::resource::Resolved;
-use sample::{ChildAction, Readiness, desired_status, plan};
+use super::backoff::Backoff;
+use super::events::EventQueue;
+use super::health::Health;
+use super::metrics::Metrics;
+use super::sample::{ChildAction, Readiness, desired_status, plan};
+use crate::cluster::resolve::Resolved;
+use crate::cluster::scope;
 
 pub const FIELD_MANAGER: &str = "samplectl";
 
@@ -57,14 +54,14 @@ pub struct ReconcileError {
 }
 
 /// What every reconcile needs: the client, the discovered Sample resource, the event recorder, and the
-/// per-object failure counts behind the backoff.
+/// per-object retry store both drivers back off by.
 pub struct Context {
     pub client: Client,
     pub samples: Resolved,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
+    pub backoff: Backoff,
     events: EventQueue,
-    failures: Mutex<HashMap<String, u32>>,
     /// The status last written for each Sample (by uid), and the resourceVersion of the Sample it was
     /// computed from. The watch driver can be handed that same, now stale, version again before its cache
     /// sees the write; this keeps it from writing the same status twice.
@@ -78,12 +75,7 @@ pub struct Context {
     conflicted: Mutex<HashSet<String>>,
 }
 
-/// Exponential per-object backoff: 1s, 2s, 4s ... capped at 5 minutes.
-pub fn backoff_delay(failures: u32) -> Duration {
-    Duration::from_secs(1u64 << failures.saturating_sub(1).min(8)).min(Duration::from_secs(300))
-}
-
-fn key(sample: &DynamicObject) -> String {
+pub(super) fn key(sample: &DynamicObject) -> String {
     format!(
         "{}/{}",
         sample.metadata.namespace.as_deref().unwrap_or_default(),
@@ -91,7 +83,7 @@ fn key(sample: &DynamicObject) -> String {
     )
 }
 
-fn uid(sample: &DynamicObject) -> String {
+pub(super) fn uid(sample: &DynamicObject) -> String {
     sample.metadata.uid.clone().unwrap_or_default()
 }
 
@@ -116,7 +108,7 @@ impl Failed {
     /// For /healthz: no answer, or a 5xx (a 4xx is the server refusing, not being away).
     pub(super) fn out_of_reach(&self) -> bool {
         match self {
-            Failed::Api(err) => crate::health::out_of_reach(err),
+            Failed::Api(err) => super::health::out_of_reach(err),
             Failed::TimedOut => true,
         }
     }
@@ -169,8 +161,8 @@ impl Context {
             samples,
             metrics,
             health,
+            backoff: Backoff::default(),
             events: EventQueue::new(recorder),
-            failures: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             children_written: Mutex::new(HashMap::new()),
             conflicted: Mutex::new(HashSet::new()),
@@ -179,14 +171,7 @@ impl Context {
 
     /// Counts a failure of `sample` and says how long to wait before trying it again.
     pub fn failed(&self, sample: &DynamicObject) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = failures.entry(uid(sample)).or_default();
-        *n += 1;
-        backoff_delay(*n)
-    }
-
-    fn succeeded(&self, sample: &DynamicObject) {
-        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid(sample));
+        self.backoff.failed(&uid(sample))
     }
 
     /// The driver's copy of the ConfigMaps has seen a change to the child of the Sample with this uid (or
@@ -205,7 +190,7 @@ impl Context {
     pub fn sample_gone(&self, sample_uid: &str) {
         self.child_seen(Some(sample_uid));
         self.written.lock().unwrap_or_else(|e| e.into_inner()).remove(sample_uid);
-        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(sample_uid);
+        self.backoff.clear(sample_uid);
         self.conflicted.lock().unwrap_or_else(|e| e.into_inner()).remove(sample_uid);
     }
 
@@ -327,7 +312,7 @@ impl Context {
         let ns = sample.metadata.namespace.as_deref().unwrap_or_default();
         let name = sample.metadata.name.as_deref().unwrap_or_default();
         let uid = uid(sample);
-        let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+        let configmaps: Api<ConfigMap> = scope::api(self.client.clone(), Some(ns));
         let remembered = self.children_written.lock().unwrap_or_else(|e| e.into_inner()).get(&uid).cloned();
         let known_conflict = self.conflicted.lock().unwrap_or_else(|e| e.into_inner()).contains(&uid);
         let child =
@@ -386,7 +371,7 @@ impl Context {
             }
         });
         if let Some(body) = status {
-            let samples: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &self.samples.ar);
+            let samples = scope::dynamic(self.client.clone(), &self.samples.ar, Some(ns));
             let params = PatchParams::apply(FIELD_MANAGER).force();
             bounded(samples.patch_status(name, &params, &Patch::Apply(&body))).await.map_err(|f| ReconcileError {
                 object: object.clone(),
@@ -394,7 +379,7 @@ impl Context {
                 message: f.message(),
             })?;
             let written = (version, body["status"].clone());
-            self.written.lock().unwrap_or_else(|e| e.into_inner()).insert(uid, written);
+            self.written.lock().unwrap_or_else(|e| e.into_inner()).insert(uid.clone(), written);
             let status = if readiness.ready { "True" } else { "False" };
             tracing::info!(
                 namespace = ns,
@@ -413,7 +398,7 @@ impl Context {
         if let Some(failure) = failure {
             return Err(failure);
         }
-        self.succeeded(sample);
+        self.backoff.recovered(&uid);
         Ok(match (readiness.ready, conflict) {
             (true, _) => Outcome::Ready,
             (false, true) => Outcome::Conflict,
@@ -427,16 +412,4 @@ fn hostname() -> Option<String> {
         .ok()
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
         .filter(|h| !h.is_empty())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_five_minutes() {
-        let delays: Vec<u64> = (1..=10).map(|n| backoff_delay(n).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 256]);
-        assert!(backoff_delay(100) <= Duration::from_secs(300));
-    }
 }

@@ -29,9 +29,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
 
+use super::engine::{Context, Outcome, ReconcileError};
+use super::health::Health;
 use super::sample::{MANAGED_BY, MANAGED_BY_LABEL, managed_selector};
-use super::{Context, Outcome, ReconcileError};
-use crate::health::Health;
+use crate::cluster::scope;
 
 pub struct Watch {
     pub ctx: Arc<Context>,
@@ -128,16 +129,12 @@ fn every_sample(store: &Store<DynamicObject>, ar: &ApiResource) -> Vec<SampleRef
 
 impl Watch {
     fn apis(&self) -> (Api<DynamicObject>, Api<ConfigMap>, Api<PartialObjectMeta<ConfigMap>>) {
-        let client = self.ctx.client.clone();
-        let ar = &self.ctx.samples.ar;
-        match &self.namespace {
-            Some(ns) => (
-                Api::namespaced_with(client.clone(), ns, ar),
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client, ns),
-            ),
-            None => (Api::all_with(client.clone(), ar), Api::all(client.clone()), Api::all(client)),
-        }
+        let (client, namespace) = (self.ctx.client.clone(), self.namespace.as_deref());
+        (
+            scope::dynamic(client.clone(), &self.ctx.samples.ar, namespace),
+            scope::api(client.clone(), namespace),
+            scope::api(client, namespace),
+        )
     }
 
     /// Runs until `stop` turns true; with `once`, until every Sample of the first full list has been

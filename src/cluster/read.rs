@@ -1,21 +1,22 @@
-//! Reading collections from the API server, schema-less: pages of a list, one named object, and the lines
-//! of a watch, either as the server's Table rendering (what kubectl prints) or as whole objects (for json,
-//! yaml and name output). Both shapes come back as `Item`s so the printers and the watch logic need not
-//! care which one was asked for.
+//! Reading collections from the API server, schema-less: pages of a list (through the one page loop every
+//! reader uses), one named object, and the lines of a watch, either as the server's Table rendering (what
+//! kubectl prints) or as whole objects (for json, yaml and name output). Both shapes come back as `Item`s
+//! so the printers and the watch logic need not care which one was asked for.
 
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
-use futures::{AsyncBufReadExt, Stream, TryStreamExt};
+use futures::{AsyncBufReadExt, Stream, TryStreamExt, stream};
 use http::HeaderValue;
 use http::header::ACCEPT;
 use kube::Client;
+use kube::api::ObjectList;
 use kube::api::{DynamicObject, GetParams, ListParams, WatchParams};
 use kube::core::{Request, Resource};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::resource::Resolved;
+use super::resolve::Resolved;
 
 /// kubectl's Accept header for human output; the plain JSON at the end is for servers or resources that
 /// cannot render a Table.
@@ -90,29 +91,67 @@ fn with_accept(mut req: http::Request<Vec<u8>>, shape: Shape) -> http::Request<V
     req
 }
 
+/// One page of a list answer: what says whether another page follows.
+pub trait Paged {
+    fn continue_token(&self) -> Option<String>;
+}
+
+impl Paged for Page {
+    fn continue_token(&self) -> Option<String> {
+        self.continue_token.clone()
+    }
+}
+
+impl<K: Clone> Paged for ObjectList<K> {
+    fn continue_token(&self) -> Option<String> {
+        self.metadata.continue_.clone().filter(|token| !token.is_empty())
+    }
+}
+
+/// The page loop, the only one in samplectl: `fetch` is asked for the first page with `lp`, then for each
+/// next one with the continue token the previous page gave, until a page gives none. Pages arrive as
+/// they are read, so a long list can be printed before its end is fetched.
+pub fn pages<P, E, F, Fut>(lp: ListParams, fetch: F) -> impl Stream<Item = Result<P, E>>
+where
+    P: Paged,
+    F: FnMut(ListParams) -> Fut,
+    Fut: Future<Output = Result<P, E>>,
+{
+    stream::try_unfold((Some(lp), fetch), |(lp, mut fetch)| async move {
+        let Some(lp) = lp else { return Ok(None) };
+        let page = fetch(lp.clone()).await?;
+        let next = page.continue_token().map(|token| ListParams { continue_token: Some(token), ..lp });
+        Ok(Some((page, (next, fetch))))
+    })
+}
+
 pub async fn list_page(client: &Client, target: &Target, lp: &ListParams, shape: Shape) -> Result<Page> {
     let req = Request::new(target.path()).list(lp).context("cannot build the list request")?;
     let body: Value = client.request(with_accept(req, shape)).await?;
     Ok(parse_page(body, &target.resolved))
 }
 
+/// The pages of a list in the given shape, as they are read.
+pub fn list_pages<'a>(
+    client: &'a Client,
+    target: &'a Target,
+    lp: &ListParams,
+    shape: Shape,
+) -> impl Stream<Item = Result<Page>> + 'a {
+    pages(lp.clone(), move |lp| async move { list_page(client, target, &lp, shape).await })
+}
+
 /// Every page of a list, for callers that need the whole of it (a watch's starting state): the list's
-/// resourceVersion, the Table's columns if any, and all items.
+/// resourceVersion (the last page's), the Table's columns if any, and all items.
 pub async fn list_all(client: &Client, target: &Target, lp: &ListParams, shape: Shape) -> Result<Page> {
-    let mut lp = lp.clone();
-    let mut all = Page::default();
-    loop {
-        let page = list_page(client, target, &lp, shape).await?;
-        all.columns = all.columns.or(page.columns);
-        all.items.extend(page.items);
-        match page.continue_token {
-            Some(token) => lp.continue_token = Some(token),
-            None => {
-                all.resource_version = page.resource_version;
-                return Ok(all);
-            }
-        }
-    }
+    list_pages(client, target, lp, shape)
+        .try_fold(Page::default(), |mut all, page| async move {
+            all.columns = all.columns.or(page.columns);
+            all.items.extend(page.items);
+            all.resource_version = page.resource_version;
+            Ok(all)
+        })
+        .await
 }
 
 pub async fn get_one(client: &Client, target: &Target, name: &str, shape: Shape) -> Result<Page> {

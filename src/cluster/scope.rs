@@ -1,0 +1,27 @@
+//! The one place an `Api` is scoped to a namespace or to the whole cluster, so that "no namespace" means
+//! the same thing (every namespace, or a cluster-scoped resource) for every reader and writer.
+
+use kube::api::{Api, DynamicObject};
+use kube::discovery::ApiResource;
+use kube::{Client, Resource};
+
+/// A typed `Api` in `namespace`, or across all namespaces for `None`.
+pub fn api<K>(client: Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    }
+}
+
+/// A schema-less `Api` for the discovered resource `ar`, in `namespace` or across all of them (which is
+/// also how a cluster-scoped resource is reached).
+pub fn dynamic(client: Client, ar: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client, ns, ar),
+        None => Api::all_with(client, ar),
+    }
+}
