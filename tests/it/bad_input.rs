@@ -2,16 +2,15 @@
 //! the exit code (2 for a malformed name, 1 for a well-formed one the server does not serve). The parser's
 //! own cases are unit- and property-tested in src/resource.rs; this holds the whole path to them.
 
-mod support;
-
-use support::samplectl;
+use crate::support::{samplectl, samplectl_bare};
 
 const FORM: &str = "expected GROUP/VERSION/RESOURCE such as example.com/v1alpha1/samples";
 
 /// `--gvr` values, with the exit code and the start of the error line.
 fn bad_gvrs() -> Vec<(String, i32, String)> {
     let long = format!("example.com/v1alpha1/{}", "s".repeat(300));
-    let usage = |gvr: &str, why: &str| (gvr.to_owned(), 2, format!("error: invalid --gvr {gvr:?}: {why}"));
+    let usage =
+        |gvr: &str, why: &str| (gvr.to_owned(), 2, format!("error: invalid value '{gvr}' for '--gvr <GVR>': {why}"));
     vec![
         usage("", "too few parts"),
         usage("samples", "too few parts"),
@@ -57,6 +56,7 @@ fn bad_names() -> Vec<(String, i32, String)> {
 
 #[test]
 fn bad_gvrs_are_refused_by_every_command() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     for (gvr, code, message) in bad_gvrs() {
         for command in ["list", "watch", "reconcile"] {
@@ -66,7 +66,7 @@ fn bad_gvrs_are_refused_by_every_command() {
             }
             let run = samplectl(&args);
             assert_eq!(run.code, code, "{command} --gvr {gvr:?}: {run:#?}");
-            let line = run.stderr.lines().last().unwrap_or_default();
+            let line = run.stderr.lines().next().unwrap_or_default();
             assert!(line.starts_with(&message), "{command} --gvr {gvr:?}: {line}");
             if code == 2 {
                 assert!(line.contains(FORM), "{command} --gvr {gvr:?} shows the expected form: {line}");
@@ -78,12 +78,62 @@ fn bad_gvrs_are_refused_by_every_command() {
 
 #[test]
 fn bad_resource_names_are_refused_by_list_and_watch() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     for (name, code, message) in bad_names() {
         for command in ["list", "watch"] {
             let run = samplectl(&[command, &name]);
-            assert_eq!((run.code, run.stderr.trim_end()), (code, message.as_str()), "{command} {name:?}");
+            assert_eq!((run.code, run.stderr.lines().next()), (code, Some(message.as_str())), "{command} {name:?}");
             assert_eq!(run.stdout, "", "{command} {name:?} prints no data");
+        }
+    }
+}
+
+/// Usage mistakes are found while the command line is parsed: with a kubeconfig that does not exist, or
+/// one whose server refuses connections, each still exits 2 with clap's message and its usage line, and
+/// nothing about the kubeconfig or the server.
+#[test]
+fn usage_mistakes_are_found_before_any_kubeconfig_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let unreachable = dir.path().join("unreachable.kubeconfig");
+    std::fs::write(
+        &unreachable,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
+         contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: x}}]\n\
+         current-context: c\n",
+    )
+    .unwrap();
+    let mistakes: &[(&[&str], &str)] = &[
+        (&["list"], "error: name a resource: --gvr GROUP/VERSION/RESOURCE"),
+        (&["list", "--gvr", "v1/configmaps", "a", "b"], "error: with --gvr, give at most one object name"),
+        (&["watch", "cm", "a", "-A"], "error: a resource cannot be retrieved by name across all namespaces"),
+        (
+            &["list", "cm", "-o", "yaml", "--show-labels"],
+            "error: --show-labels option cannot be used with yaml printer",
+        ),
+        (&["list", "cm", "-o", "table"], "error: invalid value 'table' for '--output <FORMAT>'"),
+        (&["watch", "sam ples"], "error: invalid resource name \"sam ples\""),
+        (&["watch", "cm", "--timeout", "soon"], "error: invalid value 'soon' for '--timeout <DURATION>'"),
+        (
+            &["reconcile", "--gvr", "v1/configmaps", "--watch", "--once"],
+            "error: --once with --watch applies to Samples only",
+        ),
+        (
+            &["reconcile", "--leader-elect", "--retry-period", "10s"],
+            "error: --retry-period must be shorter than --renew-deadline",
+        ),
+        (&["install-crd", "--timeout", "1d"], "error: invalid value '1d' for '--timeout <DURATION>'"),
+    ];
+    let missing = dir.path().join("missing.kubeconfig");
+    for kubeconfig in [&missing, &unreachable] {
+        for (args, message) in mistakes {
+            let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
+            all.extend_from_slice(args);
+            let run = samplectl_bare(&all);
+            assert_eq!(run.code, 2, "{args:?}: {run:#?}");
+            assert!(run.stderr.starts_with(message), "{args:?}: {run:#?}");
+            assert!(run.stderr.contains("For more information, try '--help'."), "clap's message: {run:#?}");
+            assert!(!run.stderr.contains("kubeconfig") && !run.stderr.contains("127.0.0.1"), "{args:?}: {run:#?}");
         }
     }
 }

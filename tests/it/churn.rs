@@ -5,16 +5,14 @@
 //! does not own were never written. The seed is printed so a failure can be replayed
 //! (SAMPLECTL_CHURN_SEED); SAMPLECTL_CHURN_SECONDS sets the length (default 180).
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl, tail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
-use support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl};
 
 /// xorshift64*: small, seedable, and the same on every machine.
 struct Rng(u64);
@@ -46,7 +44,7 @@ async fn churn(
     workers: u64,
     until: Instant,
 ) -> (BTreeMap<String, String>, usize) {
-    let ar = support::sample_resource();
+    let ar = crate::support::sample_resource();
     let samples: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
     let configmaps: Api<ConfigMap> = Api::namespaced(client, &ns);
     let apply = PatchParams::apply("churn").force();
@@ -130,6 +128,7 @@ fn check(ns: &str, expected: &BTreeMap<String, String>) -> Result<(), String> {
 
 #[test]
 fn churn_keeps_every_invariant() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let seed: u64 = std::env::var("SAMPLECTL_CHURN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
@@ -170,7 +169,7 @@ fn churn_keeps_every_invariant() {
     let workers = 4u64;
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let results: Vec<(BTreeMap<String, String>, usize)> = runtime.block_on(async {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&support::cluster().kubeconfig).unwrap();
+        let kubeconfig = kube::config::Kubeconfig::read_from(&crate::support::cluster().kubeconfig).unwrap();
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
         let client = kube::Client::try_from(config).unwrap();
         let tasks: Vec<_> = runs
@@ -193,15 +192,10 @@ fn churn_keeps_every_invariant() {
         }
         // Garbage collection of deleted Samples' ConfigMaps can take its 30 s discovery resync.
         eventually(Duration::from_secs(180), &format!("{} converged after churn (seed {seed})", ns.0), || {
-            check(&ns.0, &expected).map_err(|e| format!("{e}\n{}", tail(&controller.stderr())))
+            check(&ns.0, &expected).map_err(|e| format!("{e}\n{}", tail(&controller.stderr(), 20)))
         });
         let args = foreign_args(&ns.0);
         let after = kubectl(&args.iter().map(String::as_str).collect::<Vec<_>>()).success().stdout;
         assert_eq!(after, foreign_before[i], "{}: ConfigMaps samplectl does not own were modified", ns.0);
     }
-}
-
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
 }

@@ -2,23 +2,22 @@
 //! controller: every request and every reconcile has a deadline, in both drivers, and a Sample whose
 //! requests hang holds one concurrency slot for a bounded time, never the others' progress.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::hang::HangingProxy;
+use crate::support::{
+    Background, Namespace, create, eventually, kubectl, kubectl_json, sample, sample_ready, samplectl,
+};
 use serde_json::json;
-use support::hang::HangingProxy;
-use support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl};
 
 fn create_samples(ns: &str, names: &[String]) {
-    let items: Vec<_> = names
-        .iter()
-        .map(|n| json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample", "metadata": {"name": n}, "testString": "x"}))
-        .collect();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("samples.json");
-    std::fs::write(&file, json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()).unwrap();
-    kubectl(&["create", "-n", ns, "-f", file.to_str().unwrap()]).success();
+    let items: Vec<_> = names.iter().map(|n| sample(n, "x")).collect();
+    create(ns, &json!({"apiVersion": "v1", "kind": "List", "items": items}));
+}
+
+/// Ready, and its ConfigMap there.
+fn ready(ns: &str, name: &str) -> bool {
+    sample_ready(ns, name) && kubectl(&["get", "configmap", name, "-n", ns]).code == 0
 }
 
 fn started(controller: &Background) {
@@ -28,15 +27,11 @@ fn started(controller: &Background) {
     });
 }
 
-fn ready(ns: &str, name: &str) -> bool {
-    let sample = kubectl_json(&["get", "sample", name, "-n", ns]);
-    sample["status"]["conditions"][0]["status"] == "True" && kubectl(&["get", "configmap", name, "-n", ns]).code == 0
-}
-
 /// Eight Samples whose every request hangs (as many as the controller's concurrency), then healthy ones:
 /// the healthy ones become Ready while the hung ones are still failing.
 #[test]
 fn samples_whose_requests_hang_do_not_stop_the_others() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let proxy = HangingProxy::start();
     proxy.hang_requests_containing("hang-me-");
@@ -77,6 +72,7 @@ fn samples_whose_requests_hang_do_not_stop_the_others() {
 /// request has reached its own 10 s deadline.
 #[test]
 fn a_slow_sample_does_not_hold_up_the_poll_drivers_next_tick() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let proxy = HangingProxy::start();
     proxy.hang_requests_containing("slow-one");
@@ -109,6 +105,7 @@ fn a_slow_sample_does_not_hold_up_the_poll_drivers_next_tick() {
 /// same, not at the next resync (an hour here).
 #[test]
 fn a_configmap_deleted_while_its_watch_relists_is_recreated() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let proxy = HangingProxy::start();
     let dir = tempfile::tempdir().unwrap();

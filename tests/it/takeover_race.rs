@@ -5,15 +5,13 @@
 //! every Sample whose name was taken says ConfigMapConflict, and deleting the Samples deletes none of the
 //! foreign ConfigMaps.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::support::{Background, Namespace, cluster, eventually, kubectl, kubectl_json, samplectl};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
-use support::{Background, Namespace, cluster, eventually, kubectl, kubectl_json, samplectl};
 
 const PAIRS: usize = 200;
 
@@ -58,7 +56,7 @@ async fn pair(samples: &Api<DynamicObject>, configmaps: &Api<ConfigMap>, name: &
 }
 
 fn apis(client: &kube::Client, ns: &str) -> (Api<DynamicObject>, Api<ConfigMap>) {
-    (Api::namespaced_with(client.clone(), ns, &support::sample_resource()), Api::namespaced(client.clone(), ns))
+    (Api::namespaced_with(client.clone(), ns, &crate::support::sample_resource()), Api::namespaced(client.clone(), ns))
 }
 
 /// How long the controller takes from a Sample's create to its ConfigMap existing, on this machine
@@ -180,6 +178,7 @@ fn check(ns: &str, foreign_won: &HashMap<String, bool>, controller: &Background)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_foreign_configmap_created_in_the_write_window_is_never_taken_over() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let (poll_ns, watch_ns) = (Namespace::new("takeover-poll"), Namespace::new("takeover-watch"));
     let poll = Background::start(&["reconcile", "-n", &poll_ns.0]);

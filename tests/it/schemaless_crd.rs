@@ -2,10 +2,8 @@
 //! Sample whose testString is not a string is reported, never written out, and unexpected fields are
 //! ignored. A file of its own because it swaps the cluster-wide CRD for the duration of the test.
 
-mod support;
-
+use crate::support::{Namespace, kubectl, kubectl_json, samplectl};
 use serde_json::{Value, json};
-use support::{Namespace, kubectl, kubectl_json, samplectl};
 
 fn apply(ns: Option<&str>, doc: Value) {
     let dir = tempfile::tempdir().unwrap();
@@ -30,6 +28,7 @@ impl Drop for RestoreCrd {
 
 #[test]
 fn a_non_string_test_string_is_reported_and_nothing_is_written_for_it() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let mut crd = kubectl_json(&["get", "crd", "samples.example.com"]);
     crd["spec"]["versions"][0]["schema"] =

@@ -2,12 +2,10 @@
 //! of what a converged cluster costs. A file of its own so that no other test's requests blur the API
 //! server's counts.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl};
+use crate::support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl};
 
 const SAMPLES: usize = 500;
 
@@ -68,7 +66,7 @@ fn ready_counts(ns: &str) -> BTreeMap<String, usize> {
 /// only by apply; the counters cannot tell clients apart, and the garbage collector and namespace
 /// controller are still deleting earlier tests' objects (DELETE) while this one measures.
 fn server_writes() -> u64 {
-    support::apiserver_metric("apiserver_request_total", |series| {
+    crate::support::apiserver_metric("apiserver_request_total", |series| {
         (series.contains(r#"resource="configmaps""#) || series.contains(r#"resource="samples""#))
             && series.contains(r#"verb="APPLY""#)
     }) as u64
@@ -76,6 +74,7 @@ fn server_writes() -> u64 {
 
 #[test]
 fn many_samples_converge_past_a_failing_one_and_then_cost_no_writes() {
+    let _cluster = crate::support::exclusive();
     samplectl(&["install-crd"]).success();
     let dir = tempfile::tempdir().unwrap();
     kubectl(&["apply", "-f", &write(dir.path(), "policy.yaml", POISON_POLICY)]).success();

@@ -1,43 +1,19 @@
-//! `samplectl watch` across kube-apiserver restarts. A file of its own, and one test at a time: a restart
-//! would disturb any test running beside it.
+//! `samplectl watch` across kube-apiserver restarts. Each test holds the cluster alone: a restart would
+//! disturb any test running beside it.
 
-mod support;
-
-use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use serde_json::Value;
-use support::{Namespace, Watcher, compact_etcd, kubectl};
-
-static RESTARTS: Mutex<()> = Mutex::new(());
-
-fn event(line: &str) -> (String, String) {
-    let event: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-    (event["type"].as_str().unwrap().to_owned(), event["object"]["metadata"]["name"].as_str().unwrap().to_owned())
-}
-
-fn pair(kind: &str, name: &str) -> (String, String) {
-    (kind.to_owned(), name.to_owned())
-}
-
-fn restart_apiserver() {
-    let restart = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/local-cluster"))
-        .args(["restart", "apiserver"])
-        .output()
-        .unwrap();
-    assert!(restart.status.success(), "{}", String::from_utf8_lossy(&restart.stderr));
-}
+use crate::support::{Namespace, Watcher, compact_etcd, event, kubectl, local_cluster, pair};
 
 #[test]
 fn watch_survives_an_apiserver_restart_without_losing_or_repeating_changes() {
-    let _one_at_a_time = RESTARTS.lock().unwrap_or_else(|e| e.into_inner());
+    let _cluster = crate::support::exclusive();
     let ns = Namespace::new("watch-restart");
     kubectl(&["create", "configmap", "before", "-n", &ns.0]).success();
     let mut watcher = Watcher::start(&["watch", "--gvr", "v1/configmaps", "-n", &ns.0, "-o", "json"]);
     assert_eq!(event(&watcher.next_line(Duration::from_secs(20))), pair("ADDED", "before"));
 
-    restart_apiserver();
+    local_cluster(&["restart", "apiserver"]);
     // Made while the watcher is still backing off and reconnecting.
     kubectl(&["create", "configmap", "during", "-n", &ns.0]).success();
     assert_eq!(event(&watcher.next_line(Duration::from_secs(60))), pair("ADDED", "during"));
@@ -50,7 +26,7 @@ fn watch_survives_an_apiserver_restart_without_losing_or_repeating_changes() {
 /// its resourceVersion is gone (410), so it relists and prints exactly what changed meanwhile.
 #[test]
 fn watch_relists_after_410_gone_and_prints_only_the_difference() {
-    let _one_at_a_time = RESTARTS.lock().unwrap_or_else(|e| e.into_inner());
+    let _cluster = crate::support::exclusive();
     let ns = Namespace::new("watch-gone");
     for name in ["kept", "edited", "removed"] {
         kubectl(&["create", "configmap", name, "-n", &ns.0]).success();
@@ -63,14 +39,14 @@ fn watch_relists_after_410_gone_and_prints_only_the_difference() {
     // Paused, the watcher cannot read its stream; the first restart cuts that stream before any of the
     // changes below is sent on it, and the second one starts the server's watch cache after them.
     watcher.signal("STOP");
-    restart_apiserver();
+    local_cluster(&["restart", "apiserver"]);
     kubectl(&["label", "configmap", "edited", "-n", &ns.0, "changed=yes"]).success();
     kubectl(&["delete", "configmap", "removed", "-n", &ns.0]).success();
     kubectl(&["create", "configmap", "created", "-n", &ns.0]).success();
     kubectl(&["create", "configmap", "fleeting", "-n", &ns.0]).success();
     kubectl(&["delete", "configmap", "fleeting", "-n", &ns.0]).success();
     compact_etcd();
-    restart_apiserver();
+    local_cluster(&["restart", "apiserver"]);
     watcher.signal("CONT");
 
     let mut changes: Vec<_> = (0..3).map(|_| event(&watcher.next_line(Duration::from_secs(60)))).collect();

@@ -1,37 +1,10 @@
 //! Reconcile when others act at the same time: a second controller without leader election, users editing
 //! the ConfigMap underneath it, and Samples whose testString is not a string.
 
-mod support;
-
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl};
-
-fn apply(ns: &str, doc: Value) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("o.json");
-    std::fs::write(&file, doc.to_string()).unwrap();
-    kubectl(&["apply", "-n", ns, "-f", file.to_str().unwrap()]).success();
-}
-
-fn sample(name: &str, value: &str) -> Value {
-    json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample", "metadata": {"name": name}, "testString": value})
-}
-
-fn all_ready(ns: &str, n: usize) -> Result<(), String> {
-    let list = kubectl_json(&["get", "samples", "-n", ns]);
-    let ready = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| {
-            s["status"]["observedGeneration"] == s["metadata"]["generation"]
-                && s["status"]["conditions"][0]["status"] == "True"
-        })
-        .count();
-    if ready == n { Ok(()) } else { Err(format!("{ready} of {n} Ready")) }
-}
+use crate::support::{Background, Namespace, all_ready, apply, eventually, kubectl, kubectl_json, sample, samplectl};
+use serde_json::json;
 
 fn actions(log: &str) -> usize {
     log.lines().filter(|l| l.contains(": configmap ") || l.contains(": status ")).count()
@@ -39,15 +12,16 @@ fn actions(log: &str) -> usize {
 
 #[test]
 fn two_controllers_without_election_agree_and_settle() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("two-controllers");
     let poll = Background::start(&["reconcile", "-n", &ns.0]);
     let watch = Background::start(&["reconcile", "-n", &ns.0, "--watch"]);
     for i in 0..20 {
-        apply(&ns.0, sample(&format!("s{i:02}"), &format!("first {i}")));
+        apply(&ns.0, &sample(&format!("s{i:02}"), &format!("first {i}")));
     }
     for i in (0..20).step_by(3) {
-        apply(&ns.0, sample(&format!("s{i:02}"), &format!("second {i}")));
+        apply(&ns.0, &sample(&format!("s{i:02}"), &format!("second {i}")));
     }
     eventually(Duration::from_secs(60), "all 20 Ready", || all_ready(&ns.0, 20));
 
@@ -71,10 +45,11 @@ fn two_controllers_without_election_agree_and_settle() {
 
 #[test]
 fn user_edits_to_the_configmap_are_undone_but_their_own_keys_stay() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("user-edits");
     let _controller = Background::start(&["reconcile", "-n", &ns.0, "--watch"]);
-    apply(&ns.0, sample("s", "the value"));
+    apply(&ns.0, &sample("s", "the value"));
     eventually(Duration::from_secs(20), "Ready", || all_ready(&ns.0, 1));
     // Many quick edits by hand, racing the controller: each changes samplectl's key and adds one of the
     // user's own.
@@ -100,6 +75,7 @@ fn user_edits_to_the_configmap_are_undone_but_their_own_keys_stay() {
 /// no resourceVersion, so a concurrent edit cannot make it a 409 Conflict.
 #[test]
 fn rapid_edits_to_a_sample_end_with_its_last_value() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let runs: Vec<(Namespace, Background)> = [&[][..], &["--watch"][..]]
         .into_iter()
@@ -112,7 +88,7 @@ fn rapid_edits_to_a_sample_end_with_its_last_value() {
         })
         .collect();
     for (ns, _) in &runs {
-        apply(&ns.0, sample("s", "edit 0"));
+        apply(&ns.0, &sample("s", "edit 0"));
     }
     for i in 1..30 {
         for (ns, _) in &runs {

@@ -1,12 +1,10 @@
 //! `samplectl reconcile` on the local cluster: the same scenarios against both drivers, each in its own
 //! namespace with its own controller process, checked with the built kubectl.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{Background, Namespace, apply_sample, eventually, kubectl, kubectl_json, samplectl};
 use serde_json::{Value, json};
-use support::{Background, Namespace, eventually, kubectl, kubectl_json, samplectl};
 
 #[derive(Clone, Copy, Debug)]
 enum Driver {
@@ -23,7 +21,7 @@ impl Driver {
         Background::start(&args)
     }
 
-    fn once(self, ns: &str) -> support::Run {
+    fn once(self, ns: &str) -> crate::support::Run {
         let mut args = vec!["reconcile", "-n", ns, "--once"];
         if let Driver::Watch = self {
             args.push("--watch");
@@ -39,14 +37,6 @@ const GC: Duration = Duration::from_secs(90);
 fn setup(prefix: &str) -> Namespace {
     samplectl(&["install-crd"]).success();
     Namespace::new(prefix)
-}
-
-fn apply_sample(ns: &str, name: &str, test_string: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("sample.yaml");
-    let doc = json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample", "metadata": {"name": name}, "testString": test_string});
-    std::fs::write(&file, doc.to_string()).unwrap();
-    kubectl(&["apply", "-n", ns, "-f", file.to_str().unwrap()]).success();
 }
 
 fn get(ns: &str, kind: &str, name: &str) -> Option<Value> {
@@ -130,11 +120,13 @@ fn lifecycle(driver: Driver) {
 
 #[test]
 fn lifecycle_poll() {
+    let _cluster = crate::support::shared();
     lifecycle(Driver::Poll);
 }
 
 #[test]
 fn lifecycle_watch() {
+    let _cluster = crate::support::shared();
     lifecycle(Driver::Watch);
 }
 
@@ -188,11 +180,13 @@ fn longest_name(driver: Driver) {
 
 #[test]
 fn longest_name_poll() {
+    let _cluster = crate::support::shared();
     longest_name(Driver::Poll);
 }
 
 #[test]
 fn longest_name_watch() {
+    let _cluster = crate::support::shared();
     longest_name(Driver::Watch);
 }
 
@@ -236,21 +230,25 @@ fn orphans_and_successors(driver: Driver) {
 
 #[test]
 fn orphans_and_successors_poll() {
+    let _cluster = crate::support::shared();
     orphans_and_successors(Driver::Poll);
 }
 
 #[test]
 fn orphans_and_successors_watch() {
+    let _cluster = crate::support::shared();
     orphans_and_successors(Driver::Watch);
 }
 
 #[test]
 fn foreign_configmap_poll() {
+    let _cluster = crate::support::shared();
     foreign_configmap(Driver::Poll);
 }
 
 #[test]
 fn foreign_configmap_watch() {
+    let _cluster = crate::support::shared();
     foreign_configmap(Driver::Watch);
 }
 
@@ -274,11 +272,13 @@ fn converged_costs_no_writes(driver: Driver) {
 
 #[test]
 fn converged_costs_no_writes_poll() {
+    let _cluster = crate::support::shared();
     converged_costs_no_writes(Driver::Poll);
 }
 
 #[test]
 fn converged_costs_no_writes_watch() {
+    let _cluster = crate::support::shared();
     converged_costs_no_writes(Driver::Watch);
 }
 
@@ -317,6 +317,7 @@ fn end_state(ns: &str) -> Value {
 
 #[test]
 fn poll_and_watch_reach_the_same_end_state() {
+    let _cluster = crate::support::shared();
     let namespaces = [setup("rc-same-poll"), Namespace::new("rc-same-watch")];
     let controllers = [Driver::Poll.start(&namespaces[0].0), Driver::Watch.start(&namespaces[1].0)];
     for ns in &namespaces {
@@ -344,6 +345,7 @@ fn poll_and_watch_reach_the_same_end_state() {
 
 #[test]
 fn sigint_ends_the_controller_promptly_with_exit_0() {
+    let _cluster = crate::support::shared();
     let ns = setup("rc-signal");
     apply_sample(&ns.0, "s", "x");
     for driver in [Driver::Poll, Driver::Watch] {
@@ -358,6 +360,7 @@ fn sigint_ends_the_controller_promptly_with_exit_0() {
 
 #[test]
 fn observe_mode_reports_changes_and_writes_nothing() {
+    let _cluster = crate::support::shared();
     let ns = Namespace::new("rc-observe");
     for driver in [Driver::Poll, Driver::Watch] {
         let mut args = vec!["reconcile", "--gvr", "v1/configmaps", "-n", &ns.0];
@@ -391,6 +394,7 @@ fn observe_mode_reports_changes_and_writes_nothing() {
 
 #[test]
 fn json_logs_carry_namespace_name_and_outcome() {
+    let _cluster = crate::support::shared();
     let ns = setup("rc-json");
     apply_sample(&ns.0, "s", "x");
     let run = samplectl(&["--log-format", "json", "reconcile", "-n", &ns.0, "--once"]).success();
@@ -406,6 +410,7 @@ fn json_logs_carry_namespace_name_and_outcome() {
 
 #[test]
 fn reconcile_usage_errors() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let run = samplectl(&["reconcile", "--gvr", "nope"]);
     assert_eq!(run.code, 2, "{run:#?}");
@@ -431,7 +436,7 @@ fn reconcile_usage_errors() {
     }
     let run = samplectl(&["reconcile", "--leader-elect", "--lease-duration", "5s", "--renew-deadline", "10s"]);
     assert_eq!(
-        (run.code, run.stderr.lines().last()),
+        (run.code, run.stderr.lines().next()),
         (2, Some("error: --renew-deadline must be shorter than --lease-duration"))
     );
     let run = samplectl(&["reconcile", "--gvr", "v1/configmaps", "--watch", "--once"]);

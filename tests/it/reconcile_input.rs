@@ -2,29 +2,20 @@
 //! namespace, with nothing but testString; and a Sample that is being deleted is left to garbage
 //! collection.
 
-mod support;
-
+use crate::support::{Namespace, create, kubectl, kubectl_json, samplectl};
 use serde_json::{Value, json};
-use support::{Namespace, kubectl, kubectl_json, samplectl};
-
-/// `kubectl create` without field validation, so unknown fields reach the server (which prunes them).
-fn apply(ns: &str, doc: Value) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("o.json");
-    std::fs::write(&file, doc.to_string()).unwrap();
-    kubectl(&["create", "--validate=false", "-n", ns, "-f", file.to_str().unwrap()]).success();
-}
 
 #[test]
 fn a_sample_cannot_steer_writes_elsewhere() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("steer");
     let labels: serde_json::Map<String, Value> =
         (0..40).map(|i| (format!("example.com/label-{i}"), Value::from("v".repeat(63)))).collect();
     let sneaky = "{\"metadata\":{\"namespace\":\"kube-system\",\"name\":\"other\"}}\n---\nkind: Secret\n";
-    apply(
+    create(
         &ns.0,
-        json!({
+        &json!({
             "apiVersion": "example.com/v1alpha1", "kind": "Sample",
             "metadata": {"name": "odd.name-1", "labels": labels, "annotations": {"big": "x".repeat(100_000)}},
             "testString": sneaky,
@@ -54,11 +45,12 @@ fn a_sample_cannot_steer_writes_elsewhere() {
 
 #[test]
 fn a_sample_being_deleted_is_left_to_garbage_collection() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("deleting");
-    apply(
+    create(
         &ns.0,
-        json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample",
+        &json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample",
                "metadata": {"name": "going", "finalizers": ["example.com/hold"]}, "testString": "x"}),
     );
     kubectl(&["delete", "sample", "going", "-n", &ns.0, "--wait=false"]).success();

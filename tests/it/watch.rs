@@ -1,25 +1,15 @@
 //! `samplectl watch` against changes made with the built kubectl.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::{Namespace, Watcher, event, kubectl, pair, samplectl, table, user_kubeconfig};
 use serde_json::Value;
-use support::{Namespace, Watcher, kubectl, samplectl, table, user_kubeconfig};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn event(line: &str) -> (String, String) {
-    let event: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-    (event["type"].as_str().unwrap().to_owned(), event["object"]["metadata"]["name"].as_str().unwrap().to_owned())
-}
-
-fn pair(kind: &str, name: &str) -> (String, String) {
-    (kind.to_owned(), name.to_owned())
-}
-
 #[test]
 fn changes_arrive_in_order_as_json_and_as_table() {
+    let _cluster = crate::support::shared();
     let ns = Namespace::new("watch-order");
     // Once a watcher has printed the sentinel, its list is done and every later change reaches it.
     kubectl(&["create", "configmap", "sentinel", "-n", &ns.0]).success();
@@ -44,6 +34,7 @@ fn changes_arrive_in_order_as_json_and_as_table() {
 
 #[test]
 fn max_events_and_timeout_end_it_with_exit_0() {
+    let _cluster = crate::support::shared();
     let ns = Namespace::new("watch-stop");
     for name in ["one", "two"] {
         kubectl(&["create", "configmap", name, "-n", &ns.0]).success();
@@ -66,6 +57,7 @@ fn max_events_and_timeout_end_it_with_exit_0() {
 
 #[test]
 fn sigint_and_sigterm_end_it_promptly_with_exit_0() {
+    let _cluster = crate::support::shared();
     let ns = Namespace::new("watch-signal");
     kubectl(&["create", "configmap", "sentinel", "-n", &ns.0]).success();
     for signal in ["INT", "TERM"] {
@@ -86,9 +78,10 @@ fn sigint_and_sigterm_end_it_promptly_with_exit_0() {
 
 #[test]
 fn watch_errors_read_like_kubectl() {
+    let _cluster = crate::support::shared();
     let dir = tempfile::tempdir().unwrap();
     let config = user_kubeconfig(dir.path(), "watch-nobody");
-    let run = support::samplectl_bare(&["--kubeconfig", config.to_str().unwrap(), "watch", "cm", "-A"]);
+    let run = crate::support::samplectl_bare(&["--kubeconfig", config.to_str().unwrap(), "watch", "cm", "-A"]);
     assert_eq!(run.code, 1, "{run:#?}");
     assert_eq!(
         run.stderr,

@@ -1,63 +1,23 @@
 //! Faults injected into the local cluster while the controller runs, both drivers side by side: the API
 //! server restarted while Samples are being created and changed, etcd restarted, the API server frozen.
-//! A file of its own, one test at a time: each fault hits the whole cluster.
-
-mod support;
+//! Each test holds the cluster alone: each fault hits the whole of it.
 
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{
-    Background, Namespace, Watcher, bump_etcd_revision, compact_etcd, eventually, kubectl, kubectl_json, samplectl,
+
+use crate::support::{
+    Background, Namespace, Watcher, bump_etcd_revision, compact_etcd, converged, eventually, kubectl, local_cluster,
+    sample, samplectl, tail, try_apply,
 };
-
-static FAULTS: Mutex<()> = Mutex::new(());
-
-fn local_cluster(args: &[&str]) {
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/local-cluster")).args(args).output().unwrap();
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
 
 /// Applies a Sample, retrying while the API server is away.
 fn apply_sample(ns: &str, name: &str, value: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("s.json");
-    let doc = json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample", "metadata": {"name": name}, "testString": value});
-    std::fs::write(&file, doc.to_string()).unwrap();
     eventually(Duration::from_secs(90), &format!("applying {name}"), || {
-        let run = kubectl(&["apply", "-n", ns, "-f", file.to_str().unwrap()]);
+        let run = try_apply(ns, &sample(name, value));
         if run.code == 0 { Ok(()) } else { Err(run.stderr) }
     });
-}
-
-/// Every Sample Ready for its generation, and exactly one ConfigMap each, holding `expected(name)`.
-fn converged(ns: &str, expected: impl Fn(&str) -> String, n: usize) -> Result<(), String> {
-    let samples = kubectl_json(&["get", "samples", "-n", ns]);
-    let samples = samples["items"].as_array().unwrap();
-    let ready = samples
-        .iter()
-        .filter(|s| {
-            s["status"]["observedGeneration"] == s["metadata"]["generation"]
-                && s["status"]["conditions"][0]["status"] == "True"
-        })
-        .count();
-    let cms = kubectl_json(&["get", "configmaps", "-n", ns, "-l", "app.kubernetes.io/managed-by=samplectl"]);
-    let cms = cms["items"].as_array().unwrap();
-    let right = cms
-        .iter()
-        .filter(|c| c["data"]["testString"] == expected(c["metadata"]["name"].as_str().unwrap()).as_str())
-        .count();
-    if samples.len() == n && ready == n && cms.len() == n && right == n {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} Samples, {ready} Ready, {} ConfigMaps, {right} with the current value",
-            samples.len(),
-            cms.len()
-        ))
-    }
 }
 
 fn controllers(prefix: &str) -> Vec<(Namespace, Background)> {
@@ -78,7 +38,7 @@ fn controllers(prefix: &str) -> Vec<(Namespace, Background)> {
 
 #[test]
 fn an_apiserver_restart_while_samples_change_loses_nothing() {
-    let _one = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    let _cluster = crate::support::exclusive();
     let runs = controllers("fault-restart");
     for (ns, _) in &runs {
         for i in 0..10 {
@@ -116,7 +76,7 @@ fn an_apiserver_restart_while_samples_change_loses_nothing() {
 
 #[test]
 fn an_etcd_restart_is_ridden_out() {
-    let _one = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    let _cluster = crate::support::exclusive();
     let runs = controllers("fault-etcd");
     for (ns, _) in &runs {
         apply_sample(&ns.0, "a", "one");
@@ -147,7 +107,7 @@ fn an_etcd_restart_is_ridden_out() {
 
 #[test]
 fn a_frozen_apiserver_is_waited_out_without_spinning() {
-    let _one = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    let _cluster = crate::support::exclusive();
     let runs = controllers("fault-freeze");
     for (ns, _) in &runs {
         apply_sample(&ns.0, "a", "one");
@@ -157,7 +117,7 @@ fn a_frozen_apiserver_is_waited_out_without_spinning() {
     // ConfigMap created just after starting a `--watch-only` watcher could beat its first list and never show.
     let mut watcher = Watcher::start(&["watch", "cm", "-n", &runs[0].0.0, "-o", "name"]);
     assert_eq!(watcher.next_line(Duration::from_secs(20)), "ADDED configmap/a");
-    let state = support::cluster().kubeconfig.parent().unwrap().to_owned();
+    let state = crate::support::cluster().kubeconfig.parent().unwrap().to_owned();
     let pid = std::fs::read_to_string(state.join("kube-apiserver.pid")).unwrap().trim().to_owned();
     let logged_before: Vec<usize> = runs.iter().map(|(_, c)| c.stderr().lines().count()).collect();
     Command::new("kill").args(["-STOP", &pid]).status().unwrap();
@@ -200,8 +160,8 @@ fn create_until_all_exist(ns: &str, file: &std::path::Path, n: usize) {
 /// triggered before kube's store held it, ended as "not found", and was never looked at again.
 #[test]
 fn a_burst_of_samples_across_an_apiserver_restart_loses_none() {
+    let _cluster = crate::support::exclusive();
     const N: usize = 1000;
-    let _one = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
     let runs = controllers("fault-burst");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("samples.json");
@@ -259,9 +219,4 @@ fn a_burst_of_samples_across_an_apiserver_restart_loses_none() {
     added.sort_unstable();
     let wanted: Vec<String> = (0..N).map(|i| format!("b{i:04}")).collect();
     assert_eq!(added, wanted, "the watch printed every Sample ADDED exactly once");
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -1,9 +1,7 @@
 //! Credentials never reach the output, at any verbosity: a bearer token and a client key, checked in
 //! everything samplectl prints with `-vvv` (trace) while it lists, watches and reconciles.
 
-mod support;
-
-use support::{Namespace, kubectl, samplectl_bare};
+use crate::support::{Namespace, kubectl, samplectl_bare};
 
 fn runs(kubeconfig: &str, ns: &str) -> String {
     let mut all = String::new();
@@ -25,13 +23,14 @@ fn runs(kubeconfig: &str, ns: &str) -> String {
 
 #[test]
 fn tokens_and_client_keys_never_appear_in_output() {
-    support::cluster();
+    let _cluster = crate::support::shared();
+    crate::support::cluster();
     let ns = Namespace::new("secrets");
     kubectl(&["create", "configmap", "x", "-n", &ns.0]).success();
     let dir = tempfile::tempdir().unwrap();
 
     // A client certificate and key: no line of the key may show up.
-    let admin = support::cluster().kubeconfig.clone();
+    let admin = crate::support::cluster().kubeconfig.clone();
     let key_path = std::fs::read_to_string(&admin)
         .unwrap()
         .lines()
@@ -46,7 +45,7 @@ fn tokens_and_client_keys_never_appear_in_output() {
     // A bearer token (a valid one, for a ServiceAccount with no permissions, so the runs also fail).
     kubectl(&["create", "serviceaccount", "nobody", "-n", &ns.0]).success();
     let token = kubectl(&["create", "token", "nobody", "-n", &ns.0]).success().stdout.trim().to_owned();
-    let config = support::token_kubeconfig(dir.path(), "token", &token);
+    let config = crate::support::token_kubeconfig(dir.path(), "token", &token);
     let output = runs(config.to_str().unwrap(), &ns.0);
     assert!(output.contains("Forbidden"), "the token was used:\n{output}");
     // Any 16-character piece of the token would be a leak.

@@ -1,35 +1,23 @@
 //! Running the controller as it runs inside a cluster: the manifests, their RBAC (with the
 //! ServiceAccount's own token), leader election between replicas, and the health and metrics endpoints.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use support::hang::HangingProxy;
-use support::{
-    Background, Namespace, eventually, free_port, http_get, kubectl, kubectl_json, samplectl, samplectl_bare,
+use crate::support::hang::HangingProxy;
+use crate::support::{
+    Background, Namespace, apply_sample, eventually, free_port, http_get, kubectl, kubectl_json, sample_ready,
+    samplectl, samplectl_bare,
 };
+use serde_json::json;
 
 const SA: &str = "system:serviceaccount:samplectl-system:samplectl";
 
-fn apply_sample(ns: &str, name: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("s.json");
-    let doc =
-        json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample", "metadata": {"name": name}, "testString": name});
-    std::fs::write(&file, doc.to_string()).unwrap();
-    kubectl(&["apply", "-n", ns, "-f", file.to_str().unwrap()]).success();
-}
-
-fn ready(ns: &str, name: &str) -> bool {
-    let run =
-        kubectl(&["get", "sample", name, "-n", ns, r#"-o=jsonpath={.status.conditions[?(@.type=="Ready")].status}"#]);
-    run.code == 0 && run.stdout == "True"
-}
-
 fn wait_ready(ns: &str, name: &str, within: Duration) {
-    eventually(within, &format!("{ns}/{name} Ready"), || if ready(ns, name) { Ok(()) } else { Err(String::new()) });
+    eventually(
+        within,
+        &format!("{ns}/{name} Ready"),
+        || if sample_ready(ns, name) { Ok(()) } else { Err(String::new()) },
+    );
 }
 
 /// The namespace, ServiceAccount and RBAC from manifests/, applied for real (the Deployment needs an image
@@ -43,6 +31,7 @@ fn install_rbac() {
 
 #[test]
 fn every_manifest_passes_server_side_dry_run() {
+    let _cluster = crate::support::shared();
     install_rbac();
     let run = kubectl(&["apply", "-k", "manifests/", "--dry-run=server"]).success();
     for object in [
@@ -71,26 +60,27 @@ fn can_i(verb: &str, resource: &str, ns: &str) -> bool {
 
 #[test]
 fn rbac_is_enough_for_reconcile_and_no_more() {
+    let _cluster = crate::support::shared();
     install_rbac();
     let ns = Namespace::new("rbac");
     // The ServiceAccount's own token, from the TokenRequest API.
     let token = kubectl(&["create", "token", "samplectl", "-n", "samplectl-system"]).success().stdout.trim().to_owned();
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = support::token_kubeconfig(dir.path(), "sa", &token);
+    let kubeconfig = crate::support::token_kubeconfig(dir.path(), "sa", &token);
     let as_sa = |args: &[&str]| {
         let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
         all.extend_from_slice(args);
         samplectl_bare(&all)
     };
 
-    apply_sample(&ns.0, "one");
+    apply_sample(&ns.0, "one", "one");
     kubectl(&["create", "configmap", "two", "-n", &ns.0, "--from-literal=someone=else"]).success();
-    apply_sample(&ns.0, "two");
+    apply_sample(&ns.0, "two", "two");
     // Both drivers, and leader election, with nothing but the ServiceAccount's permissions.
     let run = as_sa(&["reconcile", "-n", &ns.0, "--once"]);
     assert_eq!(run.code, 1, "one Sample has a conflict, nothing else fails: {run:#?}");
     assert!(!run.stderr.contains("Forbidden"), "{run:#?}");
-    assert!(ready(&ns.0, "one"));
+    assert!(sample_ready(&ns.0, "one"));
     kubectl(&["delete", "configmap", "one", "-n", &ns.0]).success();
     let run = as_sa(&[
         "reconcile",
@@ -144,11 +134,12 @@ const POLICY_REFUSAL: &str = "ValidatingAdmissionPolicy 'samplectl-configmaps' w
 
 #[test]
 fn the_api_server_refuses_the_controller_any_configmap_that_is_not_its_own() {
+    let _cluster = crate::support::shared();
     install_rbac();
     let ns = Namespace::new("policy");
     let token = kubectl(&["create", "token", "samplectl", "-n", "samplectl-system"]).success().stdout.trim().to_owned();
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = support::token_kubeconfig(dir.path(), "sa", &token);
+    let kubeconfig = crate::support::token_kubeconfig(dir.path(), "sa", &token);
     let kubeconfig = kubeconfig.to_str().unwrap();
     let kubectl_as_sa = |args: &[&str]| {
         let mut all = vec!["--kubeconfig", kubeconfig];
@@ -197,12 +188,12 @@ fn the_api_server_refuses_the_controller_any_configmap_that_is_not_its_own() {
     assert_eq!(data["data"], json!({"owner": "someone"}), "the foreign ConfigMap is untouched");
 
     // The controller, with the same token, still does all of its work under the policy.
-    apply_sample(&ns.0, "one");
-    apply_sample(&ns.0, "foreign");
+    apply_sample(&ns.0, "one", "one");
+    apply_sample(&ns.0, "foreign", "foreign");
     let run = samplectl_bare(&["--kubeconfig", kubeconfig, "reconcile", "-n", &ns.0, "--once"]);
     assert_eq!(run.code, 1, "only the Sample whose name is taken is not Ready: {run:#?}");
     assert!(run.stderr.contains("ConfigMapConflict") && !run.stderr.contains("denied request"), "{run:#?}");
-    assert!(ready(&ns.0, "one"));
+    assert!(sample_ready(&ns.0, "one"));
     let managed = kubectl_json(&["get", "configmap", "one", "-n", &ns.0]);
     assert_eq!(managed["metadata"]["labels"]["app.kubernetes.io/managed-by"], "samplectl");
 
@@ -285,6 +276,7 @@ fn logged(process: &Background, what: &str, within: Duration) -> Instant {
 
 #[test]
 fn one_leader_reconciles_and_a_standby_takes_over() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("leader");
     let a = candidate(&ns.0, "a");
@@ -292,7 +284,7 @@ fn one_leader_reconciles_and_a_standby_takes_over() {
     let b = candidate(&ns.0, "b");
     logged(&b, "waiting for the lease", Duration::from_secs(20));
     for name in ["s1", "s2"] {
-        apply_sample(&ns.0, name);
+        apply_sample(&ns.0, name, name);
         wait_ready(&ns.0, name, Duration::from_secs(20));
     }
     std::thread::sleep(Duration::from_secs(2));
@@ -305,7 +297,7 @@ fn one_leader_reconciles_and_a_standby_takes_over() {
     // The leader dies without a word: the standby takes over once the lease expires.
     a.stop("KILL", Duration::from_secs(5));
     let killed = Instant::now();
-    apply_sample(&ns.0, "s3");
+    apply_sample(&ns.0, "s3", "s3");
     let took_over = logged(&b, "leading as b", Duration::from_secs(20));
     let gap = took_over - killed;
     assert!(gap < Duration::from_secs(6 + 4), "took over after {gap:?}; lease duration 6 s");
@@ -324,7 +316,7 @@ fn one_leader_reconciles_and_a_standby_takes_over() {
     assert!(log.contains("released the lease"), "{log}");
     let took_over = logged(&c, "leading as c", Duration::from_secs(20));
     assert!(took_over - stopped < Duration::from_secs(3), "took over {:?} after the release", took_over - stopped);
-    apply_sample(&ns.0, "s4");
+    apply_sample(&ns.0, "s4", "s4");
     wait_ready(&ns.0, "s4", Duration::from_secs(20));
 }
 
@@ -334,6 +326,7 @@ fn one_leader_reconciles_and_a_standby_takes_over() {
 /// earlier than the new leader's first.
 #[test]
 fn a_leader_whose_renewals_hang_stops_writing_before_the_standby_starts() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("renew-hangs");
     let dir = tempfile::tempdir().unwrap();
@@ -350,7 +343,7 @@ fn a_leader_whose_renewals_hang_stops_writing_before_the_standby_starts() {
         std::thread::spawn(move || {
             let mut i = 0;
             while creating.load(std::sync::atomic::Ordering::Relaxed) {
-                apply_sample(&ns, &format!("s{i:03}"));
+                apply_sample(&ns, &format!("s{i:03}"), &format!("s{i:03}"));
                 i += 1;
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -394,6 +387,7 @@ fn a_leader_whose_renewals_hang_stops_writing_before_the_standby_starts() {
 /// not keep the old leader running.
 #[test]
 fn losing_the_lease_abandons_a_hung_reconcile() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("lease-abort");
     let dir = tempfile::tempdir().unwrap();
@@ -401,7 +395,7 @@ fn losing_the_lease_abandons_a_hung_reconcile() {
     proxy.hang_requests_containing("hang-me");
     let mut leader = candidate_through(&proxy, dir.path(), &ns.0, "x", &[]);
     logged(&leader, "leading as x", Duration::from_secs(20));
-    apply_sample(&ns.0, "hang-me");
+    apply_sample(&ns.0, "hang-me", "hang-me");
     a_request_hangs(&proxy, &leader);
     steal_the_lease(&ns.0);
     let stolen = Instant::now();
@@ -419,6 +413,7 @@ fn losing_the_lease_abandons_a_hung_reconcile() {
 /// is abandoned then, the Lease is still released, and the exit status says the drain was cut short.
 #[test]
 fn sigterm_waits_for_the_work_in_flight_no_longer_than_the_shutdown_timeout() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("drain");
     let dir = tempfile::tempdir().unwrap();
@@ -426,7 +421,7 @@ fn sigterm_waits_for_the_work_in_flight_no_longer_than_the_shutdown_timeout() {
     proxy.hang_requests_containing("hang-me");
     let leader = candidate_through(&proxy, dir.path(), &ns.0, "x", &["--shutdown-timeout", "2s"]);
     logged(&leader, "leading as x", Duration::from_secs(20));
-    apply_sample(&ns.0, "hang-me");
+    apply_sample(&ns.0, "hang-me", "hang-me");
     a_request_hangs(&proxy, &leader);
     let told = Instant::now();
     let (code, log) = leader.stop("TERM", Duration::from_secs(8));
@@ -446,6 +441,7 @@ fn sigterm_waits_for_the_work_in_flight_no_longer_than_the_shutdown_timeout() {
 /// lease duration, so that the kubelet restarts it, and /readyz fails as soon as it cannot.
 #[test]
 fn healthz_fails_when_the_lease_cannot_be_reached_for_a_lease_duration() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("healthz");
     let dir = tempfile::tempdir().unwrap();
@@ -483,6 +479,7 @@ fn healthz_fails_when_the_lease_cannot_be_reached_for_a_lease_duration() {
 /// Without leader election, the poll driver's lists tell /healthz whether the API server is in reach.
 #[test]
 fn healthz_fails_when_the_api_server_is_out_of_reach_for_a_lease_duration() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("healthz-poll");
     let dir = tempfile::tempdir().unwrap();
@@ -523,6 +520,7 @@ fn scrape(port: u16, token: Option<&str>) -> (u16, String) {
 /// itself runs with its ServiceAccount's token, so its RBAC is shown to be enough for the checks.
 #[test]
 fn secure_metrics_are_served_only_to_callers_allowed_to_get_them() {
+    let _cluster = crate::support::shared();
     install_rbac();
     let ns = Namespace::new("metrics-auth");
     for sa in ["scraper", "nosy"] {
@@ -539,7 +537,7 @@ fn secure_metrics_are_served_only_to_callers_allowed_to_get_them() {
     .success();
     let token = |sa: &str, ns: &str| kubectl(&["create", "token", sa, "-n", ns]).success().stdout.trim().to_owned();
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = support::token_kubeconfig(dir.path(), "sa", &token("samplectl", "samplectl-system"));
+    let kubeconfig = crate::support::token_kubeconfig(dir.path(), "sa", &token("samplectl", "samplectl-system"));
     let port = free_port();
     let controller = Background::start_bare(&[
         "--kubeconfig",
@@ -574,6 +572,7 @@ fn secure_metrics_are_served_only_to_callers_allowed_to_get_them() {
 
 #[test]
 fn health_and_metrics_answer_and_metrics_move() {
+    let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("probes");
     let (health, metrics) = (free_port(), free_port());
@@ -608,7 +607,7 @@ fn health_and_metrics_answer_and_metrics_move() {
     ] {
         assert!(before.contains(name), "{name} missing:\n{before}");
     }
-    apply_sample(&ns.0, "m");
+    apply_sample(&ns.0, "m", "m");
     wait_ready(&ns.0, "m", Duration::from_secs(20));
     eventually(Duration::from_secs(10), "samplectl_reconcile_total moves", || {
         let (_, after) = http_get(metrics, "/metrics").unwrap();

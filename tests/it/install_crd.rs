@@ -1,13 +1,11 @@
 //! `samplectl install-crd` against the local cluster, with the built kubectl as witness.
 
-mod support;
-
+use crate::support::{Namespace, kubeconfig_variant, kubectl, samplectl, samplectl_bare};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use support::{Namespace, kubeconfig_variant, kubectl, samplectl, samplectl_bare};
 
 const CRD: &str = "samples.example.com";
 const LINE: &str = "customresourcedefinition.apiextensions.k8s.io/samples.example.com";
-const CRD_FILE: &str = include_str!("../manifests/crd/samples.example.com.yaml");
+const CRD_FILE: &str = include_str!("../../manifests/crd/samples.example.com.yaml");
 
 /// Another CRD in the same group that already uses the Sample CRD's short name.
 const SQUATTER: &str = r#"
@@ -39,6 +37,7 @@ fn short_names() -> String {
 /// cluster-wide, so they cannot run in parallel anyway.
 #[test]
 fn install_crd_reports_created_unchanged_and_configured() {
+    let _cluster = crate::support::exclusive();
     kubectl(&["delete", "crd", CRD, "--ignore-not-found", "--wait=true"]).success();
 
     // Without the CRD the controller says what is missing and how to get it.
@@ -111,6 +110,7 @@ fn install_crd_reports_created_unchanged_and_configured() {
 
 #[test]
 fn print_writes_the_manifest_without_a_cluster() {
+    let _cluster = crate::support::shared();
     let run = samplectl_bare(&["--kubeconfig", "/nonexistent/kubeconfig", "install-crd", "--print"]).success();
     assert_eq!(run.stdout, CRD_FILE);
     let crd: CustomResourceDefinition = serde_yaml::from_str(&run.stdout).expect("--print output is a CRD");
@@ -119,6 +119,7 @@ fn print_writes_the_manifest_without_a_cluster() {
 
 #[test]
 fn unreachable_server_is_a_clear_error() {
+    let _cluster = crate::support::shared();
     let dir = tempfile::tempdir().unwrap();
     let path = kubeconfig_variant(dir.path(), "unreachable", |text| {
         let start = text.find("server: ").unwrap();
@@ -136,6 +137,7 @@ fn unreachable_server_is_a_clear_error() {
 
 #[test]
 fn bad_kubeconfigs_are_clear_errors() {
+    let _cluster = crate::support::shared();
     let dir = tempfile::tempdir().unwrap();
     let invalid = dir.path().join("invalid");
     std::fs::write(&invalid, "clusters: [\n").unwrap();
@@ -159,6 +161,7 @@ fn bad_kubeconfigs_are_clear_errors() {
 
 #[test]
 fn an_untrusted_server_certificate_is_refused() {
+    let _cluster = crate::support::shared();
     let dir = tempfile::tempdir().unwrap();
     // The server's own certificate is not a CA, so nothing the server presents chains to it.
     let path = kubeconfig_variant(dir.path(), "wrong-ca", |text| text.replace("pki/ca.crt", "pki/apiserver.crt"));
@@ -169,6 +172,7 @@ fn an_untrusted_server_certificate_is_refused() {
 
 #[test]
 fn forbidden_is_reported_as_kubectl_does() {
+    let _cluster = crate::support::shared();
     let dir = tempfile::tempdir().unwrap();
     // The admin identity may impersonate; "nobody" has no permissions at all.
     let path = kubeconfig_variant(dir.path(), "nobody", |text| {
@@ -186,6 +190,7 @@ fn forbidden_is_reported_as_kubectl_does() {
 
 #[test]
 fn bad_flag_values_are_usage_errors() {
+    let _cluster = crate::support::shared();
     let run = samplectl_bare(&["install-crd", "--timeout", "soon"]);
     assert_eq!(run.code, 2, "{run:#?}");
     assert!(run.stderr.contains("invalid duration \"soon\""), "{run:#?}");

@@ -1,0 +1,23 @@
+//! The integration tests, one binary with a module per area (as ripgrep and cargo arrange theirs): one
+//! link of the crate instead of one per file. Every test runs against the local cluster, in a namespace of
+//! its own; `support::shared()` and `support::exclusive()` say which tests may run beside others.
+
+mod support;
+
+mod bad_input;
+mod churn;
+mod faults;
+mod hung_requests;
+mod in_cluster;
+mod install_crd;
+mod list;
+mod local_cluster;
+mod reconcile;
+mod reconcile_input;
+mod reconcile_races;
+mod reconcile_scale;
+mod schemaless_crd;
+mod secrets_in_logs;
+mod takeover_race;
+mod watch;
+mod watch_restart;
