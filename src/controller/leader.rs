@@ -85,7 +85,7 @@ impl Election {
         Self::check_timing(self.lease_duration, self.renew_deadline, self.retry_period).map_err(anyhow::Error::msg)?;
         let (leading_tx, leading) = watch::channel(false);
         let (release, mut release_rx) = watch::channel(false);
-        let api: Api<Lease> = Api::namespaced(client, &self.namespace);
+        let api: Api<Lease> = crate::cluster::scope::api(client, Some(&self.namespace));
         let task = tokio::spawn(async move {
             let mut observed: Option<Observed> = None;
             // When the last successful renewal was sent: the renew deadline runs from there.

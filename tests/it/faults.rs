@@ -108,7 +108,7 @@ fn an_etcd_restart_is_ridden_out() {
 #[test]
 fn a_frozen_apiserver_is_waited_out_without_spinning() {
     let _cluster = crate::support::exclusive();
-    let runs = controllers("fault-freeze");
+    let mut runs = controllers("fault-freeze");
     for (ns, _) in &runs {
         apply_sample(&ns.0, "a", "one");
         eventually(Duration::from_secs(30), "first Sample", || converged(&ns.0, |_| "one".into(), 1));
@@ -122,9 +122,10 @@ fn a_frozen_apiserver_is_waited_out_without_spinning() {
     let logged_before: Vec<usize> = runs.iter().map(|(_, c)| c.stderr().lines().count()).collect();
     Command::new("kill").args(["-STOP", &pid]).status().unwrap();
     std::thread::sleep(Duration::from_secs(30));
-    let alive: Vec<bool> = runs.iter().map(|(_, c)| c.stderr().contains("reconciling Samples")).collect();
+    // Still running after 30 s with every request unanswered: nothing gave up or crashed.
+    let running: Vec<bool> = runs.iter_mut().map(|(_, c)| c.child.try_wait().unwrap().is_none()).collect();
     Command::new("kill").args(["-CONT", &pid]).status().unwrap();
-    assert_eq!(alive, [true, true]);
+    assert_eq!(running, [true, true], "both controllers are still running");
     assert!(watcher.child.try_wait().unwrap().is_none(), "the watch command is still running");
     kubectl(&["create", "configmap", "after-freeze", "-n", &runs[0].0.0]).success();
     let seen = watcher.lines_within(Duration::from_secs(20));
@@ -165,12 +166,7 @@ fn a_burst_of_samples_across_an_apiserver_restart_loses_none() {
     let runs = controllers("fault-burst");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("samples.json");
-    let items: Vec<_> = (0..N)
-        .map(|i| {
-            json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample",
-                   "metadata": {"name": format!("b{i:04}")}, "testString": format!("value-{i}")})
-        })
-        .collect();
+    let items: Vec<_> = (0..N).map(|i| sample(&format!("b{i:04}"), &format!("value-{i}"))).collect();
     std::fs::write(&file, json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()).unwrap();
     let mut watcher =
         Watcher::start(&["watch", "--gvr", "example.com/v1alpha1/samples", "-n", &runs[0].0.0, "-o", "name"]);
