@@ -188,8 +188,8 @@ pub struct ReconcileArgs {
 #[derive(Debug, Args)]
 pub struct SelectArgs {
     /// A resource name as kubectl takes it (samples, smp, Sample, deploy, deployments.apps), then
-    /// optionally an object name; with --gvr, only the object name
-    #[arg(value_name = "RESOURCE [NAME]", num_args = 0..=2)]
+    /// optionally object names; with --gvr, only object names
+    #[arg(value_name = "RESOURCE [NAME]")]
     pub names: Vec<String>,
 
     /// The resource as GROUP/VERSION/RESOURCE, or VERSION/RESOURCE for the core group
@@ -260,6 +260,10 @@ pub struct WatchArgs {
 pub struct ListArgs {
     #[command(flatten)]
     pub select: SelectArgs,
+
+    /// Objects named but not found are passed over silently (exit 0), as with kubectl get
+    #[arg(long)]
+    pub ignore_not_found: bool,
 }
 
 #[derive(Debug, Args)]
@@ -297,7 +301,7 @@ impl Cli {
     pub fn check(&self) -> Result<(), clap::Error> {
         let (subcommand, mistake) = match &self.command {
             Command::List(args) => ("list", args.select.mistake()),
-            Command::Watch(args) => ("watch", args.select.mistake()),
+            Command::Watch(args) => ("watch", args.select.mistake().or_else(|| args.mistake())),
             Command::Reconcile(args) => ("reconcile", args.mistake()),
             Command::InstallCrd(_) => return Ok(()),
         };
@@ -309,23 +313,30 @@ impl Cli {
     }
 }
 
+impl WatchArgs {
+    fn mistake(&self) -> Option<String> {
+        let (_, names) = self.select.resource();
+        (names.len() > 1).then(|| {
+            format!(
+                "watch is only supported on individual resources and resource collections, but {} resources were found",
+                names.len()
+            )
+        })
+    }
+}
+
 impl SelectArgs {
-    /// The resource named, and the object name if one was given.
-    pub fn resource(&self) -> (Resource<'_>, Option<&str>) {
+    /// The resource named, and the object names given after it (or all of them, with --gvr).
+    pub fn resource(&self) -> (Resource<'_>, &[String]) {
         match (&self.gvr, self.names.as_slice()) {
-            (Some(gvr), names) => (Resource::Gvr(gvr), names.first().map(String::as_str)),
-            (None, [resource, rest @ ..]) => (Resource::Name(resource), rest.first().map(String::as_str)),
-            (None, []) => (Resource::Missing, None),
+            (Some(gvr), names) => (Resource::Gvr(gvr), names),
+            (None, [resource, rest @ ..]) => (Resource::Name(resource), rest),
+            (None, []) => (Resource::Missing, &[]),
         }
     }
 
     fn mistake(&self) -> Option<String> {
-        if let (Some(gvr), [_, extra, ..]) = (&self.gvr, self.names.as_slice()) {
-            return Some(format!(
-                "with --gvr, give at most one object name; unexpected {extra:?} (the resource is {gvr})"
-            ));
-        }
-        let (resource, name) = self.resource();
+        let (resource, names) = self.resource();
         match resource {
             Resource::Missing => {
                 return Some(
@@ -341,7 +352,7 @@ impl SelectArgs {
             }
             Resource::Gvr(_) => {}
         }
-        if self.all_namespaces && name.is_some() {
+        if self.all_namespaces && !names.is_empty() {
             return Some("a resource cannot be retrieved by name across all namespaces".to_owned());
         }
         match self.output {
@@ -394,12 +405,15 @@ mod tests {
     fn flag_combinations_are_checked_before_any_request() {
         assert_eq!(mistake(&["list", "samples"]), None);
         assert_eq!(mistake(&["list", "--gvr", "v1/configmaps", "x"]), None);
+        assert_eq!(mistake(&["list", "cm", "a", "b", "c"]), None);
+        assert_eq!(mistake(&["list", "--gvr", "v1/configmaps", "a", "b"]), None);
         let said = |args: &[&str], what: &str| {
             let got = mistake(args).unwrap_or_default();
             assert!(got.contains(what), "{args:?}: {got}");
         };
         said(&["list"], "name a resource");
-        said(&["list", "--gvr", "v1/configmaps", "a", "b"], "at most one object name; unexpected \"b\"");
+        said(&["watch", "--gvr", "v1/configmaps", "a", "b"], "watch is only supported on individual resources");
+        said(&["watch", "cm", "a", "b", "c"], "but 3 resources were found");
         said(&["watch", "sam ples"], "invalid resource name \"sam ples\"");
         said(&["list", "samples", "x", "-A"], "cannot be retrieved by name across all namespaces");
         said(&["list", "samples", "-o", "json", "--show-labels"], "--show-labels option cannot be used with json");

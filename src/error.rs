@@ -7,12 +7,20 @@ use kube::core::Status;
 
 pub const EXIT_FAILURE: i32 = 1;
 
+/// A failure already worded, one line per problem (several objects not found, say): printed as it is.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.join("\n"))]
+pub struct Reported(pub Vec<String>);
+
 /// What to print and how to exit for a failed command. `None` means the failure is not one: the reader of
 /// our stdout went away (`samplectl list | head`), which ends the command quietly with success. `server`
 /// is the API server's address, named in connection failures as kubectl names it.
 pub fn report(err: &anyhow::Error, server: Option<&str>) -> Option<(String, i32)> {
     if is_broken_pipe(err) {
         return None;
+    }
+    if let Some(reported) = err.downcast_ref::<Reported>() {
+        return Some((reported.to_string(), EXIT_FAILURE));
     }
     Some((message(err, server.unwrap_or("the server")), EXIT_FAILURE))
 }

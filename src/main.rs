@@ -22,7 +22,7 @@ fn main() -> ExitCode {
             return ExitCode::from(error::EXIT_FAILURE as u8);
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, stderr_color)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => match error::report(&err, client::server()) {
             None => ExitCode::SUCCESS,
@@ -34,24 +34,32 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<()> {
+/// The API server's warnings on stderr, as kubectl prints them (`Warning:` in yellow on a terminal).
+fn warn(color: bool) -> client::WarningHandler {
+    std::sync::Arc::new(move |text: &str| match color {
+        true => eprintln!("\x1b[33;1mWarning:\x1b[0m {text}"),
+        false => eprintln!("Warning: {text}"),
+    })
+}
+
+async fn run(cli: Cli, color: bool) -> Result<()> {
     let mut stdout = io::stdout().lock();
     match &cli.command {
         Command::InstallCrd(args) if args.print => install_crd::print(&mut stdout),
         Command::InstallCrd(args) => {
-            let conn = Connection::new(&cli.global.client_options()).await?;
+            let conn = Connection::new(&cli.global.client_options(), warn(color)).await?;
             install_crd::run(&conn, args, &mut stdout).await
         }
         Command::List(args) => {
-            let conn = Connection::new(&cli.global.client_options()).await?;
+            let conn = Connection::new(&cli.global.client_options(), warn(color)).await?;
             list::run(&conn, cli.global.namespace.as_deref(), args, &mut stdout).await
         }
         Command::Watch(args) => {
-            let conn = Connection::new(&cli.global.client_options()).await?;
+            let conn = Connection::new(&cli.global.client_options(), warn(color)).await?;
             watch::run(&conn, cli.global.namespace.as_deref(), args, &mut stdout).await
         }
         Command::Reconcile(args) => {
-            let conn = Connection::new(&cli.global.client_options()).await?;
+            let conn = Connection::new(&cli.global.client_options(), warn(color)).await?;
             reconcile::run(&conn, cli.global.namespace.as_deref(), args).await
         }
     }

@@ -1,8 +1,9 @@
 //! Client configuration the way kubectl finds it: `--kubeconfig`, else `KUBECONFIG`, else
 //! `~/.kube/config`, else the in-cluster service account.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{Context, Result};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
@@ -44,8 +45,48 @@ pub fn user_agent() -> String {
     format!("samplectl/{} ({}/{})", env!("CARGO_PKG_VERSION"), std::env::consts::OS, std::env::consts::ARCH)
 }
 
+/// Receives each warning the API server sends (a deprecated API version, say), once per text.
+pub type WarningHandler = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The API server's `Warning` response headers, as client-go reads them: code 299 only, the text
+/// unquoted. Each distinct text goes to the handler once, as kubectl deduplicates them.
+#[derive(Clone)]
+struct Warnings {
+    seen: Arc<Mutex<HashSet<String>>>,
+    handler: WarningHandler,
+}
+
+impl Warnings {
+    fn record<B>(&self, response: &http::Response<B>) {
+        for value in response.headers().get_all(http::header::WARNING) {
+            let Some(text) = value.to_str().ok().and_then(parse_warning) else { continue };
+            if self.seen.lock().unwrap_or_else(|e| e.into_inner()).insert(text.clone()) {
+                (self.handler)(&text);
+            }
+        }
+    }
+}
+
+/// The text of an RFC 7234 warning header (`299 - "text"`, optionally followed by a date), or `None`
+/// for another code or a malformed value, as client-go's `ParseWarningHeader` reads it.
+pub fn parse_warning(header: &str) -> Option<String> {
+    let rest = header.trim().strip_prefix("299 ")?;
+    let (_agent, rest) = rest.split_once(' ')?;
+    let mut chars = rest.strip_prefix('"')?.chars();
+    let mut text = String::new();
+    loop {
+        match chars.next()? {
+            '"' => break,
+            '\\' => text.push(chars.next()?),
+            c => text.push(c),
+        }
+    }
+    (!text.is_empty()).then_some(text)
+}
+
 impl Connection {
-    pub async fn new(options: &ClientOptions) -> Result<Self> {
+    /// A client for `options`; every warning the API server sends goes to `on_warning`, once per text.
+    pub async fn new(options: &ClientOptions, on_warning: WarningHandler) -> Result<Self> {
         let mut config = load_config(options.kubeconfig.as_deref(), options.context.as_deref()).await?;
         // kube sends no User-Agent of its own; kubectl and client-go name themselves, and audit logs and
         // API priority and fairness debugging rely on it.
@@ -59,6 +100,7 @@ impl Connection {
         let counter = requests.clone();
         let answered = LastAnswer::default();
         let last = answered.clone();
+        let warnings = Warnings { seen: Arc::default(), handler: on_warning };
         let client = kube::client::ClientBuilder::try_from(config)
             .context("cannot build a Kubernetes client")?
             .with_layer(&MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
@@ -67,6 +109,7 @@ impl Connection {
             }))
             .with_layer(&MapResponseLayer::new(move |res: http::Response<Box<kube::client::DynBody>>| {
                 last.record(res.status());
+                warnings.record(&res);
                 res
             }))
             .build();
@@ -133,5 +176,23 @@ fn explain(err: KubeconfigError, source: &str) -> ConfigError {
                 e.source()
             })),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warning_headers_read_as_client_go_reads_them() {
+        let text = parse_warning(r#"299 - "example.com/v1beta1 Thing is deprecated; use example.com/v1 Thing""#);
+        assert_eq!(text.as_deref(), Some("example.com/v1beta1 Thing is deprecated; use example.com/v1 Thing"));
+        assert_eq!(
+            parse_warning(r#"299 kube-apiserver "a \"quoted\" word" "Mon, 23 Nov 2026 10:00:00 GMT""#).as_deref(),
+            Some(r#"a "quoted" word"#)
+        );
+        for bad in ["", "299", r#"199 - "other code""#, r#"299 - unquoted"#, r#"299 - "unterminated"#, r#"299 - """#] {
+            assert_eq!(parse_warning(bad), None, "{bad:?}");
+        }
     }
 }

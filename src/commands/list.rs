@@ -7,12 +7,13 @@ use futures::TryStreamExt;
 
 use crate::cli::ListArgs;
 use crate::cluster::client::Connection;
-use crate::cluster::read::{get_one, list_pages};
-use crate::commands::select::{Printing, list_params, select};
+use crate::cluster::read::{Item, Page, get_one, list_pages};
+use crate::commands::select::{Printing, Selection, list_params, select};
+use crate::error::Reported;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 
-pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, out: &mut impl Write) -> Result<()> {
-    let args = &args.select;
+pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, out: &mut impl Write) -> Result<()> {
+    let args = &list.select;
     let selection = select(conn, namespace, args).await?;
     let target = &selection.target;
     let shape = selection.printing.shape();
@@ -23,18 +24,8 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, ou
         event: false,
     };
 
-    if let Some(name) = &selection.name {
-        let page = get_one(&conn.client, target, name, shape).await?;
-        let Some(item) = page.items.first() else { return Ok(()) };
-        match selection.printing {
-            Printing::Table { wide } => {
-                let layout = Layout::new(page.columns.as_deref(), options(wide));
-                let header = (!args.no_headers).then(|| layout.headers().to_vec());
-                TableWriter::new(out, header).write_rows(&[layout.row(item, None)])?;
-            }
-            Printing::Objects(format) => selection.object_printer(format, args).object(out, item)?,
-        }
-        return Ok(());
+    if !selection.names.is_empty() {
+        return named(conn, &selection, list, options, out).await;
     }
 
     let lp = list_params(args);
@@ -67,13 +58,13 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, ou
                     table.write_rows(&rows)?;
                 }
             }
-            if count == 0 {
+            // kubectl says so only when it printed nothing, had no error, and was not told to ignore.
+            if count == 0 && !list.ignore_not_found {
                 eprintln!("{}", target.nothing_found());
             }
         }
         Printing::Objects(format) => {
             let mut writer = selection.object_printer(format, args).list(out);
-            let mut resource_version = String::new();
             while let Some(page) = pages.try_next().await? {
                 read += 1;
                 tracing::debug!(
@@ -85,10 +76,71 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ListArgs, ou
                 for item in &page.items {
                     writer.item(item)?;
                 }
-                resource_version = page.resource_version;
             }
-            writer.finish(&resource_version)?;
+            writer.finish()?;
         }
     }
     Ok(())
+}
+
+/// Objects by name, as `kubectl get RESOURCE NAME...` prints them: the ones found in the order given (one
+/// table, or a `List`, or for a single name the object itself), and a `NotFound` line on stderr for each
+/// one missing, which makes the exit status 1 unless `--ignore-not-found`.
+async fn named(
+    conn: &Connection,
+    selection: &Selection,
+    list: &ListArgs,
+    options: impl Fn(bool) -> LayoutOptions,
+    out: &mut impl Write,
+) -> Result<()> {
+    let args = &list.select;
+    let shape = selection.printing.shape();
+    let mut found: Vec<Page> = Vec::new();
+    let mut missing = Vec::new();
+    for name in &selection.names {
+        match get_one(&conn.client, &selection.target, name, shape).await {
+            Ok(page) => found.push(page),
+            Err(err) if not_found(&err) => {
+                if !list.ignore_not_found {
+                    missing.push(crate::error::report(&err, None).map(|(line, _)| line).unwrap_or_default());
+                }
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    let items: Vec<&Item> = found.iter().flat_map(|page| &page.items).collect();
+    match selection.printing {
+        Printing::Table { wide } if !items.is_empty() => {
+            let columns = found.iter().find_map(|page| page.columns.as_deref());
+            let layout = Layout::new(columns, options(wide));
+            let header = (!args.no_headers).then(|| layout.headers().to_vec());
+            let rows: Vec<_> = items.iter().map(|item| layout.row(item, None)).collect();
+            TableWriter::new(out, header).write_rows(&rows)?;
+        }
+        Printing::Table { .. } => {}
+        // kubectl prints an empty List for names it did not find, unless told to ignore them.
+        Printing::Objects(_) if items.is_empty() && (list.ignore_not_found || selection.names.len() == 1) => {}
+        Printing::Objects(format) => {
+            let printer = selection.object_printer(format, args);
+            if selection.names.len() == 1 {
+                if let Some(item) = items.first() {
+                    printer.object(out, item)?;
+                }
+            } else {
+                let mut writer = printer.list(out);
+                for item in items {
+                    writer.item(item)?;
+                }
+                writer.finish()?;
+            }
+        }
+    }
+    match missing.is_empty() {
+        true => Ok(()),
+        false => Err(Reported(missing).into()),
+    }
+}
+
+fn not_found(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| matches!(cause.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 404))
 }

@@ -28,7 +28,8 @@ impl Printing {
 
 pub struct Selection {
     pub target: Target,
-    pub name: Option<String>,
+    /// The objects named, in the order given; empty for the whole collection.
+    pub names: Vec<String>,
     pub printing: Printing,
 }
 
@@ -49,7 +50,7 @@ pub fn printing(args: &SelectArgs) -> Printing {
 }
 
 pub async fn select(conn: &Connection, namespace: Option<&str>, args: &SelectArgs) -> Result<Selection> {
-    let (resource, name) = args.resource();
+    let (resource, names) = args.resource();
     let resolved = match resource {
         Resource::Gvr(gvr) => resolve_gvr(&conn.client, gvr).await?,
         Resource::Name(resource) => resolve_name(&conn.client, resource).await?,
@@ -59,7 +60,7 @@ pub async fn select(conn: &Connection, namespace: Option<&str>, args: &SelectArg
         (false, _) | (true, true) => None,
         (true, false) => Some(namespace.unwrap_or(&conn.default_namespace).to_owned()),
     };
-    Ok(Selection { target: Target { resolved, namespace }, name: name.map(str::to_owned), printing: printing(args) })
+    Ok(Selection { target: Target { resolved, namespace }, names: names.to_vec(), printing: printing(args) })
 }
 
 pub fn list_params(args: &SelectArgs) -> ListParams {

@@ -70,13 +70,14 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
         Printing::Table { wide } => Sink::TablePending { out, wide },
         Printing::Objects(format) => Sink::Objects(out, selection.object_printer(format, &args.select)),
     };
-    let Selection { target, name, printing } = selection;
+    let Selection { target, names, printing } = selection;
     let mut selectors = Selectors {
         labels: args.select.selector.clone(),
         fields: args.select.field_selector.clone(),
         page_size: (args.select.chunk_size > 0).then_some(args.select.chunk_size),
     };
-    if let Some(name) = &name {
+    // The command line allows at most one name here.
+    if let Some(name) = names.first() {
         // One object is watched as kubectl does it: a field selector on its name.
         let by_name = format!("metadata.name={name}");
         selectors.fields = Some(match selectors.fields.take() {

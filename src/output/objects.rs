@@ -93,8 +93,7 @@ impl ObjectPrinter {
     }
 }
 
-/// Streams a list: the opening, then each item as it arrives, then the closing with the list's
-/// resourceVersion.
+/// Streams a list: the opening, then each item as it arrives, then the closing.
 pub struct ListWriter<W: Write> {
     out: W,
     printer: ObjectPrinter,
@@ -121,9 +120,10 @@ impl<W: Write> ListWriter<W> {
         Ok(())
     }
 
-    /// Closes the list and hands back the writer.
-    pub fn finish(mut self, resource_version: &str) -> io::Result<W> {
-        let rv = serde_json::to_string(resource_version).map_err(io::Error::other)?;
+    /// Ends the `List`. Its `metadata.resourceVersion` is `""` whatever the server's list said, as
+    /// kubectl prints it: the printed List is put together on the client, not the one the server sent.
+    pub fn finish(mut self) -> io::Result<W> {
+        let rv = "\"\"";
         match (self.printer.format, self.count) {
             (ObjectFormat::Name, _) => {}
             (ObjectFormat::Json, 0) => write!(
@@ -181,7 +181,7 @@ mod tests {
         for item in items {
             writer.item(item).unwrap();
         }
-        String::from_utf8(writer.finish("42").unwrap()).unwrap()
+        String::from_utf8(writer.finish().unwrap()).unwrap()
     }
 
     #[test]
@@ -192,7 +192,7 @@ mod tests {
             let expected = serde_json::json!({
                 "apiVersion": "v1",
                 "kind": "List",
-                "metadata": {"resourceVersion": "42"},
+                "metadata": {"resourceVersion": ""},
                 "items": items()[..n].iter().map(|i| printer(ObjectFormat::Json).printable(i).into_owned()).collect::<Vec<_>>(),
             });
             assert_eq!(parsed, expected);
@@ -206,7 +206,7 @@ mod tests {
             let text = list(ObjectFormat::Yaml, &items()[..n]);
             let parsed: Value = serde_yaml::from_str(&text).unwrap();
             assert_eq!(parsed["kind"], "List");
-            assert_eq!(parsed["metadata"]["resourceVersion"], "42");
+            assert_eq!(parsed["metadata"]["resourceVersion"], "");
             let names: Vec<_> =
                 parsed["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].clone()).collect();
             assert_eq!(names.len(), n);

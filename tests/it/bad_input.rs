@@ -105,7 +105,7 @@ fn usage_mistakes_are_found_before_any_kubeconfig_is_read() {
     .unwrap();
     let mistakes: &[(&[&str], &str)] = &[
         (&["list"], "error: name a resource: --gvr GROUP/VERSION/RESOURCE"),
-        (&["list", "--gvr", "v1/configmaps", "a", "b"], "error: with --gvr, give at most one object name"),
+        (&["watch", "--gvr", "v1/configmaps", "a", "b"], "error: watch is only supported on individual resources"),
         (&["watch", "cm", "a", "-A"], "error: a resource cannot be retrieved by name across all namespaces"),
         (
             &["list", "cm", "-o", "yaml", "--show-labels"],

@@ -85,9 +85,16 @@ fn an_empty_list_says_so_on_stderr() {
         assert_eq!(ours.stderr, format!("No resources found in {} namespace.\n", ns.0));
         assert_eq!(ours.stderr, theirs.stderr);
     }
-    let ours = samplectl(&["list", "--gvr", "apps/v1/deployments", "-n", &ns.0, "-o", "json"]).success();
-    let list: Value = serde_json::from_str(&ours.stdout).unwrap();
-    assert_eq!(list["items"], Value::Array(vec![]));
+    for output in ["json", "yaml"] {
+        let ours = samplectl(&["list", "--gvr", "apps/v1/deployments", "-n", &ns.0, "-o", output]).success();
+        let theirs = kubectl(&["get", "deployments", "-n", &ns.0, "-o", output]).success();
+        assert_eq!(ours.stdout, theirs.stdout, "the empty List, byte for byte");
+        assert_eq!((ours.stderr.as_str(), theirs.stderr.as_str()), ("", ""));
+    }
+    // --ignore-not-found: nothing found is not worth a line either.
+    let ours = samplectl(&["list", "deploy", "-n", &ns.0, "--ignore-not-found"]).success();
+    let theirs = kubectl(&["get", "deploy", "-n", &ns.0, "--ignore-not-found"]).success();
+    assert_eq!((ours.stdout, ours.stderr), (theirs.stdout, theirs.stderr));
 }
 
 #[test]
@@ -107,8 +114,7 @@ fn every_output_format_parses_back() {
     let theirs: Value =
         serde_json::from_str(&kubectl(&["get", "cm", "-n", &ns.0, "-o", "json"]).success().stdout).unwrap();
     for ours in [&json, &yaml] {
-        assert_eq!(ours["kind"], "List");
-        assert_eq!(ours["items"], theirs["items"], "the same objects as kubectl, apiVersion and kind included");
+        assert_eq!(ours, &theirs, "the same List as kubectl's: objects with apiVersion and kind, resourceVersion \"\"");
     }
 
     // One named object prints the object itself, exactly as kubectl does.
@@ -294,4 +300,53 @@ fn a_fresh_crd_is_waited_for_not_reported_missing() {
     for run in [by_gvr, by_name] {
         assert_eq!((run.code, run.stderr.as_str()), (0, "No resources found\n"), "{run:#?}");
     }
+}
+
+/// `list RESOURCE NAME...` as `kubectl get RESOURCE NAME...`: the ones found, in the order given, in
+/// one table (or a `List`); a NotFound line on stderr for each one missing and exit 1; with
+/// `--ignore-not-found`, the missing ones passed over and exit 0.
+#[test]
+fn several_names_print_like_kubectl() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("list-names");
+    for name in ["a", "b", "c"] {
+        kubectl(&["create", "configmap", name, "-n", &ns.0, "--from-literal=k=v"]).success();
+    }
+    let names = |text: &str| -> Vec<String> { table(text).1.into_iter().map(|row| row[0].clone()).collect() };
+    let cases: &[&[&str]] = &[
+        &["c", "a"],
+        &["a", "missing", "b", "gone"],
+        &["missing"],
+        &["missing", "gone"],
+        &["c", "a", "--ignore-not-found"],
+        &["a", "missing", "--ignore-not-found"],
+        &["missing", "--ignore-not-found"],
+    ];
+    for case in cases {
+        let ours = samplectl(&[&["list", "cm", "-n", &ns.0][..], case].concat());
+        let theirs = kubectl(&[&["get", "cm", "-n", &ns.0][..], case].concat());
+        let both = format!("{case:?}\nsamplectl: {ours:#?}\nkubectl: {theirs:#?}");
+        assert_eq!(ours.code, theirs.code, "{both}");
+        assert_eq!(ours.stderr, theirs.stderr, "{both}");
+        assert_eq!(table(&ours.stdout).0, table(&theirs.stdout).0, "headers: {both}");
+        assert_eq!(names(&ours.stdout), names(&theirs.stdout), "{both}");
+        for output in ["name", "json", "yaml"] {
+            let ours = samplectl(&[&["list", "cm", "-n", &ns.0, "-o", output][..], case].concat());
+            let theirs = kubectl(&[&["get", "cm", "-n", &ns.0, "-o", output][..], case].concat());
+            let both = format!("{case:?} -o {output}\nsamplectl: {ours:#?}\nkubectl: {theirs:#?}");
+            assert_eq!((ours.code, &ours.stderr), (theirs.code, &theirs.stderr), "{both}");
+            match output {
+                "name" => assert_eq!(ours.stdout, theirs.stdout, "{both}"),
+                "json" if !theirs.stdout.is_empty() => {
+                    let ours: Value = serde_json::from_str(&ours.stdout).unwrap();
+                    let theirs: Value = serde_json::from_str(&theirs.stdout).unwrap();
+                    assert_eq!(ours, theirs, "{both}");
+                }
+                _ => assert_eq!(ours.stdout.is_empty(), theirs.stdout.is_empty(), "{both}"),
+            }
+        }
+    }
+    // With --gvr, every argument is an object name.
+    let ours = samplectl(&["list", "--gvr", "v1/configmaps", "b", "a", "-n", &ns.0, "-o", "name"]).success();
+    assert_eq!(ours.stdout, "configmap/b\nconfigmap/a\n");
 }

@@ -19,5 +19,6 @@ mod reconcile_scale;
 mod schemaless_crd;
 mod secrets_in_logs;
 mod takeover_race;
+mod warnings;
 mod watch;
 mod watch_restart;

@@ -1,6 +1,6 @@
 //! The Sample CRD installed without a schema for testString, as an older or hand-made CRD might be: a
 //! Sample whose testString is not a string is reported, never written out, and unexpected fields are
-//! ignored. A file of its own because it swaps the cluster-wide CRD for the duration of the test.
+//! ignored. It holds the cluster alone because it swaps the cluster-wide CRD for the duration of the test.
 
 use crate::support::{Namespace, kubectl, kubectl_json, samplectl};
 use serde_json::{Value, json};
@@ -28,7 +28,7 @@ impl Drop for RestoreCrd {
 
 #[test]
 fn a_non_string_test_string_is_reported_and_nothing_is_written_for_it() {
-    let _cluster = crate::support::shared();
+    let _cluster = crate::support::exclusive();
     samplectl(&["install-crd"]).success();
     let mut crd = kubectl_json(&["get", "crd", "samples.example.com"]);
     crd["spec"]["versions"][0]["schema"] =
