@@ -315,7 +315,12 @@ impl Cli {
 
 impl WatchArgs {
     fn mistake(&self) -> Option<String> {
-        let (_, names) = self.select.resource();
+        let (resource, names) = self.select.resource();
+        if let Resource::Name(resource) = resource
+            && resource.contains(',')
+        {
+            return Some(format!("watch follows one resource type; {resource:?} names several"));
+        }
         (names.len() > 1).then(|| {
             format!(
                 "watch is only supported on individual resources and resource collections, but {} resources were found",
@@ -345,9 +350,14 @@ impl SelectArgs {
                         .to_owned(),
                 );
             }
-            Resource::Name(name) => {
-                if let Err(why) = check_resource_name(name) {
+            Resource::Name(resource) => {
+                if let Some(why) = resource.split(',').find_map(|part| check_resource_name(part).err()) {
                     return Some(why);
+                }
+                if resource.contains(',') && !names.is_empty() {
+                    return Some(format!(
+                        "{resource:?} names several resource types; object names go with one type only"
+                    ));
                 }
             }
             Resource::Gvr(_) => {}
@@ -414,6 +424,10 @@ mod tests {
         said(&["list"], "name a resource");
         said(&["watch", "--gvr", "v1/configmaps", "a", "b"], "watch is only supported on individual resources");
         said(&["watch", "cm", "a", "b", "c"], "but 3 resources were found");
+        said(&["watch", "cm,sa"], "watch follows one resource type");
+        said(&["list", "cm,sa", "a"], "object names go with one type only");
+        said(&["list", "cm,"], "invalid resource name \"\"");
+        assert_eq!(mistake(&["list", "cm,sa,deploy.apps"]), None);
         said(&["watch", "sam ples"], "invalid resource name \"sam ples\"");
         said(&["list", "samples", "x", "-A"], "cannot be retrieved by name across all namespaces");
         said(&["list", "samples", "-o", "json", "--show-labels"], "--show-labels option cannot be used with json");

@@ -171,18 +171,75 @@ async fn crd_serves(client: &Client, name: &str, version: &str) -> bool {
 /// (`samples.example.com`) or by version and group (`deployments.v1.apps`).
 pub async fn resolve_name(client: &Client, input: &str) -> Result<Resolved> {
     check_resource_name(input).map_err(anyhow::Error::msg)?;
+    let mut found = resolve_names(client, input).await?;
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        _ => Err(UnknownResource(input.to_owned()).into()),
+    }
+}
+
+/// What a resource argument names, as kubectl reads it: one name, several separated by commas
+/// (`cm,sa`), or a category (`all`, or any a CRD declares in `spec.names.categories`), which stands for
+/// every resource of the category in discovery order. A category wins over a resource of the same name,
+/// as in kubectl. Each resource appears once, in the order named.
+pub async fn resolve_names(client: &Client, input: &str) -> Result<Vec<Resolved>> {
+    for part in input.split(',') {
+        check_resource_name(part).map_err(anyhow::Error::msg)?;
+    }
     let deadline = tokio::time::Instant::now() + DISCOVERY_GRACE;
-    loop {
+    'discover: loop {
         let core = client.list_core_api_versions_aggregated().await.context("cannot discover the core API")?;
         let groups = client.list_api_groups_aggregated().await.context("cannot discover API groups")?;
-        if let Some(found) = find_by_name(&[core, groups], input) {
-            return Ok(found);
+        let lists = [core, groups];
+        let mut found: Vec<Resolved> = Vec::new();
+        for part in input.split(',') {
+            let mut matches = find_by_category(&lists, part);
+            if matches.is_empty() {
+                match find_by_name(&lists, part) {
+                    Some(one) => matches.push(one),
+                    None if crd_names_match(client, part).await && tokio::time::Instant::now() < deadline => {
+                        tracing::debug!(
+                            name = part,
+                            "a CRD has this name but discovery does not show it yet; retrying"
+                        );
+                        tokio::time::sleep(DISCOVERY_RETRY).await;
+                        continue 'discover;
+                    }
+                    None => return Err(UnknownResource(part.to_owned()).into()),
+                }
+            }
+            for resolved in matches {
+                if !found.iter().any(|f| f.ar.group == resolved.ar.group && f.ar.plural == resolved.ar.plural) {
+                    found.push(resolved);
+                }
+            }
         }
-        if !crd_names_match(client, input).await || tokio::time::Instant::now() >= deadline {
-            return Err(UnknownResource(input.to_owned()).into());
+        return Ok(found);
+    }
+}
+
+/// Every resource in `category`, from each group's preferred version, in discovery order.
+fn find_by_category(lists: &[APIGroupDiscoveryList], category: &str) -> Vec<Resolved> {
+    let category = category.to_lowercase();
+    let mut found = Vec::new();
+    for group in lists.iter().flat_map(|l| &l.items) {
+        let group_name = group.metadata.as_ref().and_then(|m| m.name.clone()).unwrap_or_default();
+        let Some(version) = group.versions.first() else { continue };
+        for resource in version.resources.iter().filter(|r| r.categories.contains(&category)) {
+            found.push(resolved(&group_name, version.version.as_deref().unwrap_or_default(), resource));
         }
-        tracing::debug!(name = input, "a CRD has this name but discovery does not show it yet; retrying");
-        tokio::time::sleep(DISCOVERY_RETRY).await;
+    }
+    found
+}
+
+fn resolved(group: &str, version: &str, resource: &APIResourceDiscovery) -> Resolved {
+    let plural = resource.resource.clone().unwrap_or_default();
+    let kind = resource.response_kind.as_ref().and_then(|k| k.kind.clone()).unwrap_or_default();
+    let api_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+    Resolved {
+        ar: ApiResource { group: group.to_owned(), version: version.to_owned(), api_version, kind, plural },
+        namespaced: resource.scope.as_deref() == Some("Namespaced"),
+        verbs: resource.verbs.clone(),
     }
 }
 
@@ -225,18 +282,7 @@ fn find_by_name(lists: &[APIGroupDiscoveryList], input: &str) -> Option<Resolved
                     continue;
                 }
                 if let Some(resource) = version.resources.iter().find(|r| names_match(r, &name)) {
-                    let plural = resource.resource.clone().unwrap_or_default();
-                    let kind = resource.response_kind.as_ref().and_then(|k| k.kind.clone()).unwrap_or_default();
-                    let api_version = if group_name.is_empty() {
-                        version_name.clone()
-                    } else {
-                        format!("{group_name}/{version_name}")
-                    };
-                    return Some(Resolved {
-                        ar: ApiResource { group: group_name, version: version_name, api_version, kind, plural },
-                        namespaced: resource.scope.as_deref() == Some("Namespaced"),
-                        verbs: resource.verbs.clone(),
-                    });
+                    return Some(resolved(&group_name, &version_name, resource));
                 }
             }
         }

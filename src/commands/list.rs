@@ -5,9 +5,11 @@ use std::io::Write;
 use anyhow::Result;
 use futures::TryStreamExt;
 
-use crate::cli::ListArgs;
+use kube::api::ListParams;
+
+use crate::cli::{ListArgs, SelectArgs};
 use crate::cluster::client::Connection;
-use crate::cluster::read::{Item, Page, get_one, list_pages};
+use crate::cluster::read::{Item, Page, Shape, Target, get_one, list_pages};
 use crate::commands::select::{Printing, Selection, list_params, select};
 use crate::error::Reported;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
@@ -15,66 +17,40 @@ use crate::output::table::{Layout, LayoutOptions, TableWriter};
 pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, out: &mut impl Write) -> Result<()> {
     let args = &list.select;
     let selection = select(conn, namespace, args).await?;
-    let target = &selection.target;
-    let shape = selection.printing.shape();
-    let options = |wide| LayoutOptions {
-        wide,
-        namespace: target.namespace.is_none() && target.resolved.namespaced,
-        labels: args.show_labels,
-        event: false,
-    };
-
     if !selection.names.is_empty() {
-        return named(conn, &selection, list, options, out).await;
+        return named(conn, &selection, list, out).await;
     }
-
     let lp = list_params(args);
-    let mut pages = std::pin::pin!(list_pages(&conn.client, target, &lp, shape));
-    let mut read = 0;
+    let several = selection.targets.len() > 1;
     match selection.printing {
         Printing::Table { wide } => {
-            let mut table = TableWriter::new(out, None);
-            let mut layout = None;
-            let mut count = 0;
-            while let Some(page) = pages.try_next().await? {
-                read += 1;
-                count += page.items.len();
-                tracing::debug!(
-                    page = read,
-                    items = page.items.len(),
-                    "listed a page: page {read}, {} items",
-                    page.items.len()
-                );
-                if !page.items.is_empty() {
-                    // The first page with rows fixes the columns; kubectl prints no header for nothing.
-                    let layout = layout.get_or_insert_with(|| {
-                        let layout = Layout::new(page.columns.as_deref(), options(wide));
-                        if !args.no_headers {
-                            table.set_header(layout.headers().to_vec());
-                        }
-                        layout
-                    });
-                    let rows: Vec<_> = page.items.iter().map(|item| layout.row(item, None)).collect();
-                    table.write_rows(&rows)?;
-                }
+            let mut printed = 0;
+            for target in &selection.targets {
+                printed += table(conn, target, &lp, args, wide, several, printed > 0, out).await?;
             }
             // kubectl says so only when it printed nothing, had no error, and was not told to ignore.
-            if count == 0 && !list.ignore_not_found {
-                eprintln!("{}", target.nothing_found());
+            if printed == 0 && !list.ignore_not_found {
+                eprintln!("{}", selection.nothing_found());
             }
         }
         Printing::Objects(format) => {
-            let mut writer = selection.object_printer(format, args).list(out);
-            while let Some(page) = pages.try_next().await? {
-                read += 1;
-                tracing::debug!(
-                    page = read,
-                    items = page.items.len(),
-                    "listed a page: page {read}, {} items",
-                    page.items.len()
-                );
-                for item in &page.items {
-                    writer.item(item)?;
+            // Several resources make one List, as kubectl prints them.
+            let mut writer = Selection::object_printer(format, &selection.targets[0], args).list(&mut *out);
+            for target in &selection.targets {
+                writer.resource(&target.resolved);
+                let mut pages = std::pin::pin!(list_pages(&conn.client, target, &lp, Shape::Objects));
+                let mut read = 0;
+                while let Some(page) = pages.try_next().await? {
+                    read += 1;
+                    tracing::debug!(
+                        page = read,
+                        items = page.items.len(),
+                        "listed a page: page {read}, {} items",
+                        page.items.len()
+                    );
+                    for item in &page.items {
+                        writer.item(item)?;
+                    }
                 }
             }
             writer.finish()?;
@@ -83,22 +59,86 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, ou
     Ok(())
 }
 
+fn layout_options(target: &Target, args: &SelectArgs, wide: bool) -> LayoutOptions {
+    LayoutOptions {
+        wide,
+        namespace: target.namespace.is_none() && target.resolved.namespaced,
+        labels: args.show_labels,
+        event: false,
+    }
+}
+
+/// One resource's table, printed page by page as the pages arrive; returns how many objects it held.
+/// With `kind`, names read `kind.group/name`, as kubectl prints them when several resources are listed;
+/// with `gap`, a blank line goes before a table that is not the first.
+#[allow(clippy::too_many_arguments)]
+async fn table(
+    conn: &Connection,
+    target: &Target,
+    lp: &ListParams,
+    args: &SelectArgs,
+    wide: bool,
+    kind: bool,
+    gap: bool,
+    out: &mut impl Write,
+) -> Result<usize> {
+    let mut pages = std::pin::pin!(list_pages(&conn.client, target, lp, Shape::Table));
+    let mut table = TableWriter::new(&mut *out, None);
+    let mut layout: Option<(Layout, Option<usize>)> = None;
+    let (mut count, mut read) = (0, 0);
+    while let Some(page) = pages.try_next().await? {
+        read += 1;
+        count += page.items.len();
+        tracing::debug!(
+            page = read,
+            items = page.items.len(),
+            "listed a page: page {read}, {} items",
+            page.items.len()
+        );
+        if page.items.is_empty() {
+            continue;
+        }
+        // The first page with rows fixes the columns; kubectl prints no header for nothing.
+        if layout.is_none() {
+            if gap {
+                table.blank_line()?;
+            }
+            let built = Layout::new(page.columns.as_deref(), layout_options(target, args, wide));
+            if !args.no_headers {
+                table.set_header(built.headers().to_vec());
+            }
+            let name_column = built.headers().iter().position(|h| h == "NAME");
+            layout = Some((built, name_column));
+        }
+        let (layout, name_column) = layout.as_ref().expect("set above");
+        let rows: Vec<_> = page
+            .items
+            .iter()
+            .map(|item| {
+                let mut row = layout.row(item, None);
+                if let (true, Some(column)) = (kind, *name_column) {
+                    row[column] = target.resolved.object_name(&item.name);
+                }
+                row
+            })
+            .collect();
+        table.write_rows(&rows)?;
+    }
+    Ok(count)
+}
+
 /// Objects by name, as `kubectl get RESOURCE NAME...` prints them: the ones found in the order given (one
 /// table, or a `List`, or for a single name the object itself), and a `NotFound` line on stderr for each
 /// one missing, which makes the exit status 1 unless `--ignore-not-found`.
-async fn named(
-    conn: &Connection,
-    selection: &Selection,
-    list: &ListArgs,
-    options: impl Fn(bool) -> LayoutOptions,
-    out: &mut impl Write,
-) -> Result<()> {
+async fn named(conn: &Connection, selection: &Selection, list: &ListArgs, out: &mut impl Write) -> Result<()> {
     let args = &list.select;
     let shape = selection.printing.shape();
+    // select() allows names with one resource only.
+    let target = &selection.targets[0];
     let mut found: Vec<Page> = Vec::new();
     let mut missing = Vec::new();
     for name in &selection.names {
-        match get_one(&conn.client, &selection.target, name, shape).await {
+        match get_one(&conn.client, target, name, shape).await {
             Ok(page) => found.push(page),
             Err(err) if not_found(&err) => {
                 if !list.ignore_not_found {
@@ -112,7 +152,7 @@ async fn named(
     match selection.printing {
         Printing::Table { wide } if !items.is_empty() => {
             let columns = found.iter().find_map(|page| page.columns.as_deref());
-            let layout = Layout::new(columns, options(wide));
+            let layout = Layout::new(columns, layout_options(target, args, wide));
             let header = (!args.no_headers).then(|| layout.headers().to_vec());
             let rows: Vec<_> = items.iter().map(|item| layout.row(item, None)).collect();
             TableWriter::new(out, header).write_rows(&rows)?;
@@ -121,7 +161,7 @@ async fn named(
         // kubectl prints an empty List for names it did not find, unless told to ignore them.
         Printing::Objects(_) if items.is_empty() && (list.ignore_not_found || selection.names.len() == 1) => {}
         Printing::Objects(format) => {
-            let printer = selection.object_printer(format, args);
+            let printer = Selection::object_printer(format, target, args);
             if selection.names.len() == 1 {
                 if let Some(item) = items.first() {
                     printer.object(out, item)?;

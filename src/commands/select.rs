@@ -7,7 +7,7 @@ use kube::api::ListParams;
 use crate::cli::{OutputFormat, Resource, SelectArgs};
 use crate::cluster::client::Connection;
 use crate::cluster::read::{Shape, Target};
-use crate::cluster::resolve::{resolve_gvr, resolve_name};
+use crate::cluster::resolve::{resolve_gvr, resolve_names};
 use crate::output::objects::{ObjectFormat, ObjectPrinter};
 
 /// How the selected objects are printed.
@@ -27,15 +27,25 @@ impl Printing {
 }
 
 pub struct Selection {
-    pub target: Target,
+    /// What to read: one resource, or several (`cm,sa`, or a category such as `all`), in the order named.
+    pub targets: Vec<Target>,
     /// The objects named, in the order given; empty for the whole collection.
     pub names: Vec<String>,
     pub printing: Printing,
 }
 
 impl Selection {
-    pub fn object_printer(&self, format: ObjectFormat, args: &SelectArgs) -> ObjectPrinter {
-        ObjectPrinter { format, resolved: self.target.resolved.clone(), show_managed_fields: args.show_managed_fields }
+    pub fn object_printer(format: ObjectFormat, target: &Target, args: &SelectArgs) -> ObjectPrinter {
+        ObjectPrinter { format, resolved: target.resolved.clone(), show_managed_fields: args.show_managed_fields }
+    }
+
+    /// `No resources found in NS namespace.` when every resource read was in that namespace, else `No
+    /// resources found`: kubectl's words.
+    pub fn nothing_found(&self) -> String {
+        match self.targets.iter().map(|t| t.namespace.as_deref()).collect::<Option<Vec<_>>>() {
+            Some(namespaces) if !namespaces.is_empty() => self.targets[0].nothing_found(),
+            _ => "No resources found".to_owned(),
+        }
     }
 }
 
@@ -52,15 +62,25 @@ pub fn printing(args: &SelectArgs) -> Printing {
 pub async fn select(conn: &Connection, namespace: Option<&str>, args: &SelectArgs) -> Result<Selection> {
     let (resource, names) = args.resource();
     let resolved = match resource {
-        Resource::Gvr(gvr) => resolve_gvr(&conn.client, gvr).await?,
-        Resource::Name(resource) => resolve_name(&conn.client, resource).await?,
+        Resource::Gvr(gvr) => vec![resolve_gvr(&conn.client, gvr).await?],
+        Resource::Name(resource) => resolve_names(&conn.client, resource).await?,
         Resource::Missing => bail!("internal error: no resource named; the command line should have said so"),
     };
-    let namespace = match (resolved.namespaced, args.all_namespaces) {
-        (false, _) | (true, true) => None,
-        (true, false) => Some(namespace.unwrap_or(&conn.default_namespace).to_owned()),
-    };
-    Ok(Selection { target: Target { resolved, namespace }, names: names.to_vec(), printing: printing(args) })
+    if let (Resource::Name(resource), [_, _, ..], [_, ..]) = (resource, resolved.as_slice(), names) {
+        // A category (`all`) stands for several; commas were refused with names already.
+        bail!("{resource:?} names {} resource types; object names go with one type only", resolved.len());
+    }
+    let targets = resolved
+        .into_iter()
+        .map(|resolved| {
+            let namespace = match (resolved.namespaced, args.all_namespaces) {
+                (false, _) | (true, true) => None,
+                (true, false) => Some(namespace.unwrap_or(&conn.default_namespace).to_owned()),
+            };
+            Target { resolved, namespace }
+        })
+        .collect();
+    Ok(Selection { targets, names: names.to_vec(), printing: printing(args) })
 }
 
 pub fn list_params(args: &SelectArgs) -> ListParams {

@@ -65,12 +65,16 @@ impl<W: Write> Printer<W> {
 }
 
 pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, out: impl Write) -> Result<()> {
-    let selection = select(conn, namespace, &args.select).await?;
-    let sink = match selection.printing {
+    let Selection { mut targets, names, printing } = select(conn, namespace, &args.select).await?;
+    if targets.len() > 1 {
+        let kinds: Vec<_> = targets.iter().map(|t| t.resolved.qualified_plural()).collect();
+        bail!("watch follows one resource type; this names {}: {}", targets.len(), kinds.join(", "));
+    }
+    let target = targets.remove(0);
+    let sink = match printing {
         Printing::Table { wide } => Sink::TablePending { out, wide },
-        Printing::Objects(format) => Sink::Objects(out, selection.object_printer(format, &args.select)),
+        Printing::Objects(format) => Sink::Objects(out, Selection::object_printer(format, &target, &args.select)),
     };
-    let Selection { target, names, printing } = selection;
     let mut selectors = Selectors {
         labels: args.select.selector.clone(),
         fields: args.select.field_selector.clone(),

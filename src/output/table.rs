@@ -183,6 +183,11 @@ impl<W: Write> TableWriter<W> {
         TableWriter { out, header, widths: Vec::new() }
     }
 
+    /// An empty line, as kubectl puts between the tables of several resources.
+    pub fn blank_line(&mut self) -> io::Result<()> {
+        writeln!(self.out)
+    }
+
     /// The header to print before the next rows (and only then).
     pub fn set_header(&mut self, header: Vec<String>) {
         self.header = Some(header);

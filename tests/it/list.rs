@@ -350,3 +350,93 @@ fn several_names_print_like_kubectl() {
     let ours = samplectl(&["list", "--gvr", "v1/configmaps", "b", "a", "-n", &ns.0, "-o", "name"]).success();
     assert_eq!(ours.stdout, "configmap/b\nconfigmap/a\n");
 }
+
+/// Lines of kubectl-style output without their last column (AGE, which may tick between the two runs).
+fn without_age(text: &str) -> String {
+    text.lines()
+        .map(|line| line.trim_end().rsplit_once("   ").map_or(line, |(rest, _)| rest).trim_end())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Several resource types at once (`cm,sa`) and categories (`all`, and one two CRDs declare), as
+/// `kubectl get` prints them: one table per type with `kind.group/name` names and a blank line between,
+/// nothing for a type without objects, one List for json, and kubectl's words when nothing is found.
+#[test]
+fn several_types_and_categories_print_like_kubectl() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("list-types");
+    let group = format!("cat{}.samplectl.example.com", std::process::id());
+    let category = format!("samplectl-cat-{}", std::process::id());
+    let schema =
+        serde_json::json!({"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    for (kind, plural) in [("Gadget", "gadgets"), ("Gizmo", "gizmos")] {
+        let crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.{group}")},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "categories": [category]},
+                     "versions": [{"name": "v1", "served": true, "storage": true, "schema": schema}]}
+        });
+        crate::support::apply("default", &crd);
+    }
+    struct DeleteCrds(String);
+    impl Drop for DeleteCrds {
+        fn drop(&mut self) {
+            let _ = kubectl(&[
+                "delete",
+                "crd",
+                &format!("gadgets.{}", self.0),
+                &format!("gizmos.{}", self.0),
+                "--wait=false",
+            ]);
+        }
+    }
+    let _delete = DeleteCrds(group.clone());
+    kubectl(&["wait", "--for=condition=Established", &format!("crd/gadgets.{group}"), &format!("crd/gizmos.{group}")])
+        .success();
+    for (kind, name) in [("Gadget", "g1"), ("Gizmo", "z1"), ("Gizmo", "z2")] {
+        let object = serde_json::json!({"apiVersion": format!("{group}/v1"), "kind": kind,
+                                        "metadata": {"name": name, "labels": {"test": "list-types"}}});
+        crate::support::apply(&ns.0, &object);
+    }
+    for name in ["one", "two"] {
+        kubectl(&["create", "configmap", name, "-n", &ns.0]).success();
+        kubectl(&["label", "configmap", name, "-n", &ns.0, "test=list-types"]).success();
+    }
+    kubectl(&["create", "serviceaccount", "robot", "-n", &ns.0]).success();
+    kubectl(&["label", "serviceaccount", "robot", "-n", &ns.0, "test=list-types"]).success();
+
+    let selector = ["-l", "test=list-types"];
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["cm,sa", "-n", &ns.0],
+        vec!["sa,cm", "-n", &ns.0, "-o", "wide"],
+        vec!["cm,deploy,sa", "-n", &ns.0],
+        vec!["deploy,rs", "-n", &ns.0],
+        vec!["cm,sa", "-A", selector[0], selector[1]],
+        vec![&category, "-n", &ns.0],
+        vec![&category, "-A", selector[0], selector[1]],
+        vec!["all", "-n", &ns.0],
+        vec!["cm,sa", "-n", &ns.0, "-o", "name"],
+        vec![&category, "-n", &ns.0, "-o", "name"],
+        vec!["cm,sa,nosuchthings", "-n", &ns.0],
+    ];
+    // kubectl's discovery may take a moment to show the new CRDs.
+    crate::support::eventually(std::time::Duration::from_secs(30), "kubectl knows the category", || {
+        let run = kubectl(&["get", &category, "-n", &ns.0, "-o", "name"]);
+        if run.stdout.lines().count() == 3 { Ok(()) } else { Err(format!("{run:#?}")) }
+    });
+    for case in &cases {
+        let ours = samplectl(&[&["list"][..], case].concat());
+        let theirs = kubectl(&[&["get"][..], case].concat());
+        let both = format!("{case:?}\nsamplectl: {ours:#?}\nkubectl: {theirs:#?}");
+        assert_eq!((ours.code, &ours.stderr), (theirs.code, &theirs.stderr), "{both}");
+        assert_eq!(without_age(&ours.stdout), without_age(&theirs.stdout), "{both}");
+    }
+    for output in ["json", "yaml"] {
+        let ours = samplectl(&["list", "cm,sa", "-n", &ns.0, "-o", output]).success();
+        let theirs = kubectl(&["get", "cm,sa", "-n", &ns.0, "-o", output]).success();
+        let parse = |text: &str| -> Value { serde_yaml::from_str(text).unwrap() };
+        assert_eq!(parse(&ours.stdout), parse(&theirs.stdout), "-o {output}: one List of both kinds");
+    }
+}
