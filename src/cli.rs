@@ -221,6 +221,11 @@ pub struct SelectArgs {
     #[arg(long)]
     pub show_labels: bool,
 
+    /// A column for the value of each of these labels (repeatable, or comma-separated), headed by the
+    /// key's last segment in capitals, as kubectl's -L
+    #[arg(short = 'L', long = "label-columns", value_name = "KEY", value_delimiter = ',')]
+    pub label_columns: Vec<String>,
+
     /// Keep metadata.managedFields in json and yaml output
     #[arg(long)]
     pub show_managed_fields: bool,

@@ -64,6 +64,7 @@ fn layout_options(target: &Target, args: &SelectArgs, wide: bool) -> LayoutOptio
         wide,
         namespace: target.namespace.is_none() && target.resolved.namespaced,
         labels: args.show_labels,
+        label_columns: args.label_columns.clone(),
         event: false,
     }
 }

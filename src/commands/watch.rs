@@ -41,7 +41,7 @@ impl<W: Write> Printer<W> {
             return;
         }
         if let Sink::TablePending { out, wide } = std::mem::replace(&mut self.sink, Sink::Closed) {
-            let layout = Layout::new(columns, LayoutOptions { wide, ..self.options });
+            let layout = Layout::new(columns, LayoutOptions { wide, ..self.options.clone() });
             let header = (!self.no_headers).then(|| layout.headers().to_vec());
             let mut table = TableWriter::new(out, header);
             // The EVENT column is as wide as its widest word from the start, so rows do not shift.
@@ -93,6 +93,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
         wide: false,
         namespace: target.namespace.is_none() && target.resolved.namespaced,
         labels: args.select.show_labels,
+        label_columns: args.select.label_columns.clone(),
         event: true,
     };
     let mut printer =

@@ -6,10 +6,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use serde_json::Value;
-use tabled::builder::Builder;
 use tabled::grid::util::string::get_text_width;
-use tabled::settings::object::Columns;
-use tabled::settings::{Padding, Style, Width};
 
 use crate::cluster::read::{Column, Item};
 
@@ -24,14 +21,17 @@ pub struct Layout {
     headers: Vec<String>,
     namespace: bool,
     labels: bool,
+    label_columns: Vec<String>,
     event: bool,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct LayoutOptions {
     pub wide: bool,
     pub namespace: bool,
     pub labels: bool,
+    /// `-L KEY`: a column for each of these labels' values.
+    pub label_columns: Vec<String>,
     pub event: bool,
 }
 
@@ -55,10 +55,19 @@ impl Layout {
             headers.push("NAMESPACE".to_owned());
         }
         headers.extend(names);
+        // kubectl heads a label column with the key's last segment: app.kubernetes.io/name is NAME.
+        headers.extend(opts.label_columns.iter().map(|key| key.rsplit('/').next().unwrap_or(key).to_uppercase()));
         if opts.labels {
             headers.push("LABELS".to_owned());
         }
-        Layout { cells, headers, namespace: opts.namespace, labels: opts.labels, event: opts.event }
+        Layout {
+            cells,
+            headers,
+            namespace: opts.namespace,
+            labels: opts.labels,
+            label_columns: opts.label_columns,
+            event: opts.event,
+        }
     }
 
     pub fn headers(&self) -> &[String] {
@@ -83,6 +92,7 @@ impl Layout {
                 row.push(item.creation_timestamp.as_deref().map(age).unwrap_or_else(|| "<unknown>".to_owned()));
             }
         }
+        row.extend(self.label_columns.iter().map(|key| item.labels.get(key).cloned().unwrap_or_default()));
         if self.labels {
             row.push(label_text(&item.labels));
         }
@@ -107,7 +117,11 @@ fn label_text(labels: &BTreeMap<String, String>) -> String {
     if labels.is_empty() {
         return "<none>".to_owned();
     }
-    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    // Sorted as the joined `key=value` strings, as apimachinery's labels.Set.String() sorts them:
+    // `app.kubernetes.io/name=x` comes before `app=y`.
+    let mut pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.sort();
+    pairs.join(",")
 }
 
 /// Age of an RFC 3339 timestamp in kubectl's short form (`45s`, `3m12s`, `5h`, `12d`).
@@ -214,17 +228,17 @@ impl<W: Write> TableWriter<W> {
             }
         }
 
-        let mut builder = Builder::default();
+        // Every cell but the last is padded to its column's width and the last is written as it is, as
+        // kubectl's tabwriter does: a line ends in spaces only when its last cell is empty.
         for record in &records {
-            builder.push_record(record.iter().map(String::as_str));
-        }
-        let mut table = builder.build();
-        table.with(Style::empty()).with(Padding::zero());
-        for (i, &width) in self.widths.iter().enumerate().take(columns - 1) {
-            table.modify(Columns::one(i), Width::increase(width));
-        }
-        for line in table.to_string().lines() {
-            writeln!(self.out, "{}", line.trim_end())?;
+            let mut line = String::new();
+            for (i, width) in self.widths.iter().enumerate().take(columns - 1) {
+                let cell = record.get(i).map_or("", String::as_str);
+                line.push_str(cell);
+                line.extend(std::iter::repeat_n(' ', width.saturating_sub(get_text_width(cell))));
+            }
+            line.push_str(record.get(columns - 1).map_or("", String::as_str));
+            writeln!(self.out, "{line}")?;
         }
         self.out.flush()
     }
@@ -292,13 +306,26 @@ mod tests {
         let plain = Layout::new(Some(&columns), LayoutOptions::default());
         assert_eq!(plain.headers(), ["NAME", "DATA"]);
         assert_eq!(plain.row(&item, None), ["n", "3"]);
-        let all = LayoutOptions { wide: true, namespace: true, labels: true, event: true };
+        let label_columns = vec!["b".to_owned(), "example.com/missing".to_owned()];
+        let all = LayoutOptions { wide: true, namespace: true, labels: true, label_columns, event: true };
         let wide = Layout::new(Some(&columns), all);
-        assert_eq!(wide.headers(), ["EVENT", "NAMESPACE", "NAME", "DATA", "NODE", "LABELS"]);
-        assert_eq!(wide.row(&item, Some("ADDED")), ["ADDED", "ns", "n", "3", "", "a=1,b=2"]);
+        assert_eq!(wide.headers(), ["EVENT", "NAMESPACE", "NAME", "DATA", "NODE", "B", "MISSING", "LABELS"]);
+        assert_eq!(wide.row(&item, Some("ADDED")), ["ADDED", "ns", "n", "3", "", "2", "", "a=1,b=2"]);
         let fallback = Layout::new(None, LayoutOptions::default());
         assert_eq!(fallback.headers(), ["NAME", "AGE"]);
         assert_eq!(fallback.row(&item, None), ["n", "<unknown>"]);
+    }
+
+    #[test]
+    fn an_empty_last_cell_keeps_the_padding_before_it_as_kubectl_does() {
+        let out = render(&[&[&["a", "web"], &["b", ""]]], Some(&["NAME", "APP"]));
+        assert_eq!(out, "NAME   APP\na      web\nb      \n");
+    }
+
+    #[test]
+    fn labels_sort_as_their_key_value_strings() {
+        let labels = [("app", "web"), ("app.kubernetes.io/name", "thing")].map(|(k, v)| (k.to_owned(), v.to_owned()));
+        assert_eq!(label_text(&labels.into()), "app.kubernetes.io/name=thing,app=web");
     }
 
     #[test]

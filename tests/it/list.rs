@@ -440,3 +440,44 @@ fn several_types_and_categories_print_like_kubectl() {
         assert_eq!(parse(&ours.stdout), parse(&theirs.stdout), "-o {output}: one List of both kinds");
     }
 }
+
+/// `-L KEY` (repeated or comma-separated) as kubectl: a column per label, headed by the key's last segment
+/// in capitals, before LABELS; empty for an object without the label, the line then ending in the padding
+/// before it, as kubectl's does; ignored by `-o name`. In `watch` too.
+#[test]
+fn label_columns_print_like_kubectl() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("list-label-columns");
+    kubectl(&["create", "configmap", "a", "-n", &ns.0]).success();
+    kubectl(&["label", "configmap", "a", "-n", &ns.0, "app=web", "app.kubernetes.io/name=thing", "tier=Front"])
+        .success();
+    kubectl(&["create", "configmap", "b", "-n", &ns.0]).success();
+    let cases: &[&[&str]] = &[
+        &["-L", "app"],
+        &["-L", "app", "-L", "app.kubernetes.io/name,tier", "-L", "missing"],
+        &["-L", "tier", "--show-labels"],
+        &["-L", "app", "-o", "wide"],
+        &["b", "-L", "app"],
+        &["-L", "app", "-o", "name"],
+    ];
+    let cells = |text: &str| table(text);
+    let padded = |text: &str| text.lines().map(|l| l.ends_with(' ')).collect::<Vec<_>>();
+    for case in cases {
+        let ours = samplectl(&[&["list", "cm", "-n", &ns.0][..], case].concat());
+        let theirs = kubectl(&[&["get", "cm", "-n", &ns.0][..], case].concat());
+        let both = format!("{case:?}\nsamplectl: {ours:#?}\nkubectl: {theirs:#?}");
+        assert_eq!((ours.code, &ours.stderr), (theirs.code, &theirs.stderr), "{both}");
+        let (mut ours_cells, mut theirs_cells) = (cells(&ours.stdout), cells(&theirs.stdout));
+        if let Some(age) = ours_cells.0.iter().position(|h| h == "AGE") {
+            ours_cells.1.iter_mut().chain(theirs_cells.1.iter_mut()).for_each(|row| drop(row.remove(age)));
+        }
+        assert_eq!(ours_cells, theirs_cells, "{both}");
+        assert_eq!(padded(&ours.stdout), padded(&theirs.stdout), "lines ending in padding: {both}");
+    }
+    let mut watcher = crate::support::Watcher::start(&["watch", "cm", "-n", &ns.0, "-L", "app", "--max-events", "2"]);
+    let header = watcher.next_line(std::time::Duration::from_secs(20));
+    assert_eq!(table(&header).0, ["EVENT", "NAME", "DATA", "AGE", "APP"]);
+    let rows =
+        [watcher.next_line(std::time::Duration::from_secs(20)), watcher.next_line(std::time::Duration::from_secs(20))];
+    assert!(rows[0].starts_with("ADDED") && rows[0].ends_with("web"), "{rows:?}");
+}
