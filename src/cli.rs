@@ -269,6 +269,20 @@ pub struct ListArgs {
     /// Objects named but not found are passed over silently (exit 0), as with kubectl get
     #[arg(long)]
     pub ignore_not_found: bool,
+
+    /// The subresource of the named objects to get (status, scale), as kubectl get --subresource
+    #[arg(long, value_name = "NAME")]
+    pub subresource: Option<String>,
+}
+
+impl ListArgs {
+    fn mistake(&self) -> Option<String> {
+        let (_, names) = self.select.resource();
+        if self.subresource.is_some() && names.is_empty() {
+            return Some("subresource cannot be used when bulk resources are specified".to_owned());
+        }
+        None
+    }
 }
 
 #[derive(Debug, Args)]
@@ -305,7 +319,7 @@ impl Cli {
     /// Flag combinations that make no sense, told apart here rather than after a request.
     pub fn check(&self) -> Result<(), clap::Error> {
         let (subcommand, mistake) = match &self.command {
-            Command::List(args) => ("list", args.select.mistake()),
+            Command::List(args) => ("list", args.select.mistake().or_else(|| args.mistake())),
             Command::Watch(args) => ("watch", args.select.mistake().or_else(|| args.mistake())),
             Command::Reconcile(args) => ("reconcile", args.mistake()),
             Command::InstallCrd(_) => return Ok(()),
@@ -430,6 +444,11 @@ mod tests {
         said(&["watch", "--gvr", "v1/configmaps", "a", "b"], "watch is only supported on individual resources");
         said(&["watch", "cm", "a", "b", "c"], "but 3 resources were found");
         said(&["watch", "cm,sa"], "watch follows one resource type");
+        said(
+            &["list", "deploy", "--subresource", "scale"],
+            "subresource cannot be used when bulk resources are specified",
+        );
+        assert_eq!(mistake(&["list", "deploy", "web", "--subresource", "scale"]), None);
         said(&["list", "cm,sa", "a"], "object names go with one type only");
         said(&["list", "cm,"], "invalid resource name \"\"");
         assert_eq!(mistake(&["list", "cm,sa,deploy.apps"]), None);

@@ -154,8 +154,20 @@ pub async fn list_all(client: &Client, target: &Target, lp: &ListParams, shape: 
         .await
 }
 
-pub async fn get_one(client: &Client, target: &Target, name: &str, shape: Shape) -> Result<Page> {
-    let req = Request::new(target.path()).get(name, &GetParams::default()).context("cannot build the get request")?;
+/// One object by name, or with `subresource` (`status`, `scale`) that subresource of it.
+pub async fn get_one(
+    client: &Client,
+    target: &Target,
+    name: &str,
+    subresource: Option<&str>,
+    shape: Shape,
+) -> Result<Page> {
+    let request = Request::new(target.path());
+    let req = match subresource {
+        Some(subresource) => request.get_subresource(subresource, name),
+        None => request.get(name, &GetParams::default()),
+    }
+    .context("cannot build the get request")?;
     let body: Value = client.request(with_accept(req, shape)).await?;
     if body["kind"] == "Table" {
         return Ok(parse_page(body, &target.resolved));
@@ -208,11 +220,12 @@ pub fn row_item(mut row: Value) -> Item {
     item
 }
 
-/// A whole object, with the apiVersion and kind that list items leave out.
+/// A whole object, with the apiVersion and kind that list items leave out (an object that has its own,
+/// such as a subresource's `Scale`, keeps them).
 pub fn object_item(mut object: Value, resolved: &Resolved) -> Item {
     if let Some(map) = object.as_object_mut() {
-        map.insert("apiVersion".into(), resolved.ar.api_version.clone().into());
-        map.insert("kind".into(), resolved.ar.kind.clone().into());
+        map.entry("apiVersion").or_insert_with(|| resolved.ar.api_version.clone().into());
+        map.entry("kind").or_insert_with(|| resolved.ar.kind.clone().into());
     }
     let mut item = metadata_item(&object["metadata"]);
     item.object = Some(object);

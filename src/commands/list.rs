@@ -139,7 +139,7 @@ async fn named(conn: &Connection, selection: &Selection, list: &ListArgs, out: &
     let mut found: Vec<Page> = Vec::new();
     let mut missing = Vec::new();
     for name in &selection.names {
-        match get_one(&conn.client, target, name, shape).await {
+        match get_one(&conn.client, target, name, list.subresource.as_deref(), shape).await {
             Ok(page) => found.push(page),
             Err(err) if not_found(&err) => {
                 if !list.ignore_not_found {

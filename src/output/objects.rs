@@ -50,6 +50,19 @@ pub struct ObjectPrinter {
 }
 
 impl ObjectPrinter {
+    /// `kind.group/name` (`configmap/name` for the core group), from the object's own apiVersion and kind
+    /// (a subresource such as `scale` is another kind than its resource), else from the resource.
+    fn name(&self, item: &Item) -> String {
+        let object = item.object.as_ref().unwrap_or(&Value::Null);
+        match (object["kind"].as_str(), object["apiVersion"].as_str()) {
+            (Some(kind), Some(api_version)) => match api_version.split_once('/') {
+                Some((group, _)) => format!("{}.{group}/{}", kind.to_lowercase(), item.name),
+                None => format!("{}/{}", kind.to_lowercase(), item.name),
+            },
+            _ => self.resolved.object_name(&item.name),
+        }
+    }
+
     fn printable<'a>(&self, item: &'a Item) -> Cow<'a, Value> {
         let object = item.object.as_ref().unwrap_or(&Value::Null);
         if self.show_managed_fields || object["metadata"].get("managedFields").is_none() {
@@ -65,7 +78,7 @@ impl ObjectPrinter {
     /// One object on its own (`list NAME -o json`).
     pub fn object(&self, out: &mut impl Write, item: &Item) -> io::Result<()> {
         match self.format {
-            ObjectFormat::Name => writeln!(out, "{}", self.resolved.object_name(&item.name))?,
+            ObjectFormat::Name => writeln!(out, "{}", self.name(item))?,
             ObjectFormat::Json => writeln!(out, "{}", json_pretty(&self.printable(item))?)?,
             ObjectFormat::Yaml => write!(out, "{}", yaml(&self.printable(item))?)?,
         }
@@ -75,7 +88,7 @@ impl ObjectPrinter {
     /// One watch event: a JSON line `{"type": ..., "object": ...}`, a YAML document, or `EVENT kind/name`.
     pub fn event(&self, out: &mut impl Write, event: &str, item: &Item) -> io::Result<()> {
         match self.format {
-            ObjectFormat::Name => writeln!(out, "{event} {}", self.resolved.object_name(&item.name))?,
+            ObjectFormat::Name => writeln!(out, "{event} {}", self.name(item))?,
             ObjectFormat::Json => {
                 let object = serde_json::to_string(&self.printable(item)).map_err(io::Error::other)?;
                 writeln!(out, "{{\"type\":{},\"object\":{object}}}", serde_json::to_string(event)?)?
@@ -104,7 +117,7 @@ impl<W: Write> ListWriter<W> {
     pub fn item(&mut self, item: &Item) -> io::Result<()> {
         let object = self.printer.printable(item);
         match self.printer.format {
-            ObjectFormat::Name => writeln!(self.out, "{}", self.printer.resolved.object_name(&item.name))?,
+            ObjectFormat::Name => writeln!(self.out, "{}", self.printer.name(item))?,
             ObjectFormat::Json => {
                 let opening =
                     if self.count == 0 { "{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n" } else { ",\n" };
