@@ -66,6 +66,8 @@ fn layout_options(target: &Target, args: &SelectArgs, wide: bool) -> LayoutOptio
         labels: args.show_labels,
         label_columns: args.label_columns.clone(),
         event: false,
+        // On a terminal, object text cannot drive it; piped, it is exactly what kubectl prints.
+        escape: std::io::IsTerminal::is_terminal(&std::io::stdout()),
     }
 }
 

@@ -95,6 +95,8 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
         labels: args.select.show_labels,
         label_columns: args.select.label_columns.clone(),
         event: true,
+        // On a terminal, object text cannot drive it; piped, it is exactly what kubectl prints.
+        escape: std::io::IsTerminal::is_terminal(&std::io::stdout()),
     };
     let mut printer =
         Printer { sink, no_headers: args.select.no_headers, options, printed: 0, max_events: args.max_events };

@@ -5,3 +5,4 @@
 pub mod color;
 pub mod objects;
 pub mod table;
+pub mod terminal;

@@ -23,6 +23,7 @@ pub struct Layout {
     labels: bool,
     label_columns: Vec<String>,
     event: bool,
+    escape: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -33,6 +34,8 @@ pub struct LayoutOptions {
     /// `-L KEY`: a column for each of these labels' values.
     pub label_columns: Vec<String>,
     pub event: bool,
+    /// Show what a terminal would act on escaped (stdout is a terminal); see `output::terminal`.
+    pub escape: bool,
 }
 
 impl Layout {
@@ -67,6 +70,7 @@ impl Layout {
             labels: opts.labels,
             label_columns: opts.label_columns,
             event: opts.event,
+            escape: opts.escape,
         }
     }
 
@@ -85,7 +89,8 @@ impl Layout {
         match &self.cells {
             Some(picked) => {
                 let cells = item.cells.as_deref().unwrap_or_default();
-                row.extend(picked.iter().map(|&i| cells.get(i).map(cell_text).unwrap_or_default()));
+                let text = |cell: &Value| cell_text(cell, !self.escape);
+                row.extend(picked.iter().map(|&i| cells.get(i).map(text).unwrap_or_default()));
             }
             None => {
                 row.push(item.name.clone());
@@ -96,20 +101,33 @@ impl Layout {
         if self.labels {
             row.push(label_text(&item.labels));
         }
+        if self.escape {
+            for cell in &mut row {
+                if let std::borrow::Cow::Owned(escaped) = super::terminal::escape(cell) {
+                    *cell = escaped;
+                }
+            }
+        }
         row
     }
 }
 
-/// A Table cell as kubectl shows it: nothing for null, only the first line of multi-line text.
-fn cell_text(cell: &Value) -> String {
+/// A Table cell as kubectl shows it: nothing for null, only the first line of multi-line text, and with
+/// `kubectl_escapes`, ESC written `^[` as kubectl's `printers.EscapeTerminal` writes it (left to
+/// `output::terminal` otherwise, which escapes more).
+fn cell_text(cell: &Value, kubectl_escapes: bool) -> String {
     let text = match cell {
         Value::Null => return String::new(),
         Value::String(s) => s.clone(),
-        other => other.to_string(),
+        other => return other.to_string(),
     };
-    match text.find(['\n', '\r', '\x0c']) {
+    let text = match text.find(['\n', '\r', '\x0c']) {
         Some(cut) => format!("{}...", &text[..cut]),
         None => text,
+    };
+    match kubectl_escapes && text.contains('\x1b') {
+        true => text.replace('\x1b', "^["),
+        false => text,
     }
 }
 
@@ -307,7 +325,8 @@ mod tests {
         assert_eq!(plain.headers(), ["NAME", "DATA"]);
         assert_eq!(plain.row(&item, None), ["n", "3"]);
         let label_columns = vec!["b".to_owned(), "example.com/missing".to_owned()];
-        let all = LayoutOptions { wide: true, namespace: true, labels: true, label_columns, event: true };
+        let all =
+            LayoutOptions { wide: true, namespace: true, labels: true, label_columns, event: true, escape: false };
         let wide = Layout::new(Some(&columns), all);
         assert_eq!(wide.headers(), ["EVENT", "NAMESPACE", "NAME", "DATA", "NODE", "B", "MISSING", "LABELS"]);
         assert_eq!(wide.row(&item, Some("ADDED")), ["ADDED", "ns", "n", "3", "", "2", "", "a=1,b=2"]);
@@ -330,8 +349,10 @@ mod tests {
 
     #[test]
     fn cells_show_only_their_first_line() {
-        assert_eq!(cell_text(&"one\ntwo".into()), "one...");
-        assert_eq!(cell_text(&true.into()), "true");
+        assert_eq!(cell_text(&"one\ntwo".into(), true), "one...");
+        assert_eq!(cell_text(&true.into(), true), "true");
+        assert_eq!(cell_text(&"\x1b]0;t\x07x\ry".into(), true), "^[]0;t\x07x...", "as kubectl, piped");
+        assert_eq!(cell_text(&"\x1b]0;t\x07x".into(), false), "\x1b]0;t\x07x", "for output::terminal to escape");
     }
 
     #[test]

@@ -527,3 +527,29 @@ fn subresources_print_like_kubectl() {
     assert_eq!(run.code, 2, "{run:#?}");
     assert!(run.stderr.starts_with("error: subresource cannot be used when bulk resources are specified"), "{run:#?}");
 }
+
+/// Object text that would drive a terminal (a title-setting OSC sequence, a screen clear, a bidi override)
+/// is shown escaped when stdout is a terminal, every control and bidi character of it; piped, it is
+/// printed exactly as kubectl prints it (which writes ESC as `^[` and leaves the rest); json stays exact.
+#[test]
+fn escape_sequences_in_objects_do_not_reach_a_terminal() {
+    let _cluster = crate::support::shared();
+    install_crd();
+    let ns = Namespace::new("list-terminal");
+    let evil = "\u{1b}]0;pwned\u{7}\u{1b}[2Jhello\u{202e}dlrow";
+    crate::support::apply_sample(&ns.0, "evil", evil);
+
+    let piped = samplectl(&["list", "smp", "-n", &ns.0]).success();
+    let theirs = kubectl(&["get", "smp", "-n", &ns.0]).success();
+    assert_eq!(table(&piped.stdout).1[0][1], table(&theirs.stdout).1[0][1], "piped: kubectl's bytes");
+    assert!(piped.stdout.contains("^[]0;pwned\u{7}^[[2Jhello\u{202e}dlrow"), "{piped:#?}");
+
+    let shown = crate::support::samplectl_on_terminal(&["list", "smp", "-n", &ns.0]);
+    assert!(!shown.contains('\u{1b}') && !shown.contains('\u{7}') && !shown.contains('\u{202e}'), "{shown:?}");
+    assert!(shown.contains(r"\x1b]0;pwned\x07\x1b[2Jhello\u{202e}dlrow"), "{shown:?}");
+
+    let json = crate::support::samplectl_on_terminal(&["list", "smp", "evil", "-n", &ns.0, "-o", "json"]);
+    let object: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(object["testString"], evil, "json is exact");
+    assert!(!json.contains('\u{1b}'), "json escapes it already");
+}

@@ -83,6 +83,27 @@ fn binary_cache() -> PathBuf {
     }
 }
 
+/// samplectl against the local cluster with its stdout (and stderr) on a pseudo-terminal, as a person at a
+/// terminal runs it (through util-linux `script`): what the terminal was sent, line ends as `\n`.
+pub fn samplectl_on_terminal(args: &[&str]) -> String {
+    let quote = |arg: &str| format!("'{}'", arg.replace('\'', r"'\''"));
+    let kubeconfig = cluster().kubeconfig.to_str().unwrap().to_owned();
+    let command: Vec<String> = [env!("CARGO_BIN_EXE_samplectl"), "--kubeconfig", &kubeconfig]
+        .into_iter()
+        .chain(args.iter().copied())
+        .map(quote)
+        .collect();
+    let out = Command::new("script")
+        .args(["-qec", &command.join(" "), "/dev/null"])
+        .env_remove("KUBECONFIG")
+        .env("HOME", empty_home())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run script");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")
+}
+
 /// samplectl against the local cluster, running in the background with stdout and stderr piped.
 pub fn samplectl_spawn(args: &[&str]) -> std::process::Child {
     let kubeconfig = cluster().kubeconfig.to_str().unwrap();
