@@ -226,6 +226,11 @@ pub struct SelectArgs {
     #[arg(short = 'L', long = "label-columns", value_name = "KEY", value_delimiter = ',')]
     pub label_columns: Vec<String>,
 
+    /// On a terminal, print long cells whole rather than cut (with …) to fit its width; piped output
+    /// is never cut
+    #[arg(long)]
+    pub wide_cells: bool,
+
     /// Keep metadata.managedFields in json and yaml output
     #[arg(long)]
     pub show_managed_fields: bool,

@@ -10,7 +10,7 @@ use kube::api::ListParams;
 use crate::cli::{ListArgs, SelectArgs};
 use crate::cluster::client::Connection;
 use crate::cluster::read::{Item, Page, Shape, Target, get_one, list_pages};
-use crate::commands::select::{Printing, Selection, list_params, select};
+use crate::commands::select::{Printing, Selection, fit, list_params, select};
 use crate::error::Reported;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 
@@ -86,7 +86,7 @@ async fn table(
     out: &mut impl Write,
 ) -> Result<usize> {
     let mut pages = std::pin::pin!(list_pages(&conn.client, target, lp, Shape::Table));
-    let mut table = TableWriter::new(&mut *out, None);
+    let mut table = TableWriter::new(&mut *out, None).fit_to(fit(args));
     let mut layout: Option<(Layout, Option<usize>)> = None;
     let (mut count, mut read) = (0, 0);
     while let Some(page) = pages.try_next().await? {
@@ -158,7 +158,7 @@ async fn named(conn: &Connection, selection: &Selection, list: &ListArgs, out: &
             let layout = Layout::new(columns, layout_options(target, args, wide));
             let header = (!args.no_headers).then(|| layout.headers().to_vec());
             let rows: Vec<_> = items.iter().map(|item| layout.row(item, None)).collect();
-            TableWriter::new(out, header).write_rows(&rows)?;
+            TableWriter::new(out, header).fit_to(fit(args)).write_rows(&rows)?;
         }
         Printing::Table { .. } => {}
         // kubectl prints an empty List for names it did not find, unless told to ignore them.

@@ -83,6 +83,11 @@ pub async fn select(conn: &Connection, namespace: Option<&str>, args: &SelectArg
     Ok(Selection { targets, names: names.to_vec(), printing: printing(args) })
 }
 
+/// The width to fit tables to: the terminal's, unless stdout is not one or `--wide-cells` was given.
+pub fn fit(args: &SelectArgs) -> Option<usize> {
+    crate::output::terminal::stdout_width().filter(|_| !args.wide_cells)
+}
+
 pub fn list_params(args: &SelectArgs) -> ListParams {
     ListParams {
         label_selector: args.selector.clone(),

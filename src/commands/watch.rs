@@ -10,7 +10,7 @@ use crate::cluster::changes::Change;
 use crate::cluster::client::Connection;
 use crate::cluster::read::{Column, Item};
 use crate::cluster::stream::{ChangeStream, Selectors};
-use crate::commands::select::{Printing, Selection, select};
+use crate::commands::select::{Printing, Selection, fit, select};
 use crate::output::objects::ObjectPrinter;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 use crate::signal::shutdown_signal;
@@ -29,6 +29,7 @@ enum Sink<W: Write> {
     TablePending {
         out: W,
         wide: bool,
+        fit: Option<usize>,
     },
     Table(Layout, TableWriter<W>),
     Objects(W, ObjectPrinter),
@@ -40,10 +41,10 @@ impl<W: Write> Printer<W> {
         if !matches!(self.sink, Sink::TablePending { .. }) {
             return;
         }
-        if let Sink::TablePending { out, wide } = std::mem::replace(&mut self.sink, Sink::Closed) {
+        if let Sink::TablePending { out, wide, fit } = std::mem::replace(&mut self.sink, Sink::Closed) {
             let layout = Layout::new(columns, LayoutOptions { wide, ..self.options.clone() });
             let header = (!self.no_headers).then(|| layout.headers().to_vec());
-            let mut table = TableWriter::new(out, header);
+            let mut table = TableWriter::new(out, header).fit_to(fit);
             // The EVENT column is as wide as its widest word from the start, so rows do not shift.
             table.reserve(0, Change::Modified.word().len());
             self.sink = Sink::Table(layout, table);
@@ -72,7 +73,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
     }
     let target = targets.remove(0);
     let sink = match printing {
-        Printing::Table { wide } => Sink::TablePending { out, wide },
+        Printing::Table { wide } => Sink::TablePending { out, wide, fit: fit(&args.select) },
         Printing::Objects(format) => Sink::Objects(out, Selection::object_printer(format, &target, &args.select)),
     };
     let mut selectors = Selectors {

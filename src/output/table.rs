@@ -207,12 +207,24 @@ pub struct TableWriter<W: Write> {
     out: W,
     header: Option<Vec<String>>,
     widths: Vec<usize>,
+    /// The terminal's width, when long cells are cut to fit it.
+    limit: Option<usize>,
 }
+
+/// The narrowest a cell is cut to, however narrow the terminal.
+const MIN_CUT: usize = 8;
 
 impl<W: Write> TableWriter<W> {
     /// `header: None` prints no header (`--no-headers`).
     pub fn new(out: W, header: Option<Vec<String>>) -> Self {
-        TableWriter { out, header, widths: Vec::new() }
+        TableWriter { out, header, widths: Vec::new(), limit: None }
+    }
+
+    /// Cuts the widest cells, ending them in `…`, so that rows fit `width` columns where they can
+    /// (headers are never cut). `None` keeps kubectl's layout, every cell whole.
+    pub fn fit_to(mut self, width: Option<usize>) -> Self {
+        self.limit = width;
+        self
     }
 
     /// An empty line, as kubectl puts between the tables of several resources.
@@ -246,16 +258,21 @@ impl<W: Write> TableWriter<W> {
             }
         }
 
+        let mut last = records.iter().filter_map(|r| r.get(columns - 1)).map(|c| get_text_width(c)).max().unwrap_or(0);
+        if let Some(limit) = self.limit {
+            last = self.fit(limit, columns, last, header.as_ref());
+        }
+
         // Every cell but the last is padded to its column's width and the last is written as it is, as
         // kubectl's tabwriter does: a line ends in spaces only when its last cell is empty.
         for record in &records {
             let mut line = String::new();
             for (i, width) in self.widths.iter().enumerate().take(columns - 1) {
-                let cell = record.get(i).map_or("", String::as_str);
-                line.push_str(cell);
-                line.extend(std::iter::repeat_n(' ', width.saturating_sub(get_text_width(cell))));
+                let cell = cut(record.get(i).map_or("", String::as_str), width - GAP);
+                line.push_str(&cell);
+                line.extend(std::iter::repeat_n(' ', width.saturating_sub(get_text_width(&cell))));
             }
-            line.push_str(record.get(columns - 1).map_or("", String::as_str));
+            line.push_str(&cut(record.get(columns - 1).map_or("", String::as_str), last));
             writeln!(self.out, "{line}")?;
         }
         self.out.flush()
@@ -264,6 +281,51 @@ impl<W: Write> TableWriter<W> {
     pub fn into_inner(self) -> W {
         self.out
     }
+
+    /// Narrows the widest column, one step at a time, until a row fits `limit` or no column can give up
+    /// more (none narrower than its header, nor than [`MIN_CUT`]). Returns the last column's width.
+    fn fit(&mut self, limit: usize, columns: usize, mut last: usize, header: Option<&Vec<String>>) -> usize {
+        let floor = |i: usize| {
+            let head = header.and_then(|h| h.get(i)).map_or(0, |h| get_text_width(h));
+            if i + 1 == columns { head.max(MIN_CUT) } else { (head + GAP).max(MIN_CUT + GAP).max(MIN_WIDTH) }
+        };
+        loop {
+            let total: usize = self.widths.iter().take(columns - 1).sum::<usize>() + last;
+            if total <= limit {
+                return last;
+            }
+            // The column with the most to give, counting the last one by its text.
+            let widest = (0..columns)
+                .map(|i| (i, if i + 1 == columns { last } else { self.widths[i] }))
+                .filter(|&(i, width)| width > floor(i))
+                .max_by_key(|&(_, width)| width);
+            let Some((i, width)) = widest else { return last };
+            let step = (total - limit).min(width - floor(i));
+            match i + 1 == columns {
+                true => last -= step,
+                false => self.widths[i] -= step,
+            }
+        }
+    }
+}
+
+/// `text` cut to `width` columns, its last one `…`, or all of it if it fits.
+fn cut(text: &str, width: usize) -> std::borrow::Cow<'_, str> {
+    if get_text_width(text) <= width {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = get_text_width(c.encode_utf8(&mut [0; 4]));
+        if used + w + 1 > width {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    out.push('…');
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -345,6 +407,27 @@ mod tests {
     fn labels_sort_as_their_key_value_strings() {
         let labels = [("app", "web"), ("app.kubernetes.io/name", "thing")].map(|(k, v)| (k.to_owned(), v.to_owned()));
         assert_eq!(label_text(&labels.into()), "app.kubernetes.io/name=thing,app=web");
+    }
+
+    #[test]
+    fn long_cells_are_cut_to_fit_only_when_asked() {
+        let long = "x".repeat(200);
+        let rows = vec![vec!["a".to_owned(), long.clone(), "1s".to_owned()]];
+        let header = Some(vec!["NAME".to_owned(), "TEST STRING".to_owned(), "AGE".to_owned()]);
+        let mut whole = TableWriter::new(Vec::new(), header.clone());
+        whole.write_rows(&rows).unwrap();
+        let whole = String::from_utf8(whole.into_inner()).unwrap();
+        assert!(whole.contains(&long), "kubectl's layout by default");
+        let mut fit = TableWriter::new(Vec::new(), header).fit_to(Some(40));
+        fit.write_rows(&rows).unwrap();
+        let fit = String::from_utf8(fit.into_inner()).unwrap();
+        assert_eq!(fit, format!("NAME   TEST STRING{}AGE\na      {}…   1s\n", " ".repeat(19), "x".repeat(26)));
+        assert!(fit.lines().all(|l| get_text_width(l) <= 40), "{fit}");
+        // Too narrow to fit: cut down to the floors, no further.
+        let mut narrow = TableWriter::new(Vec::new(), None).fit_to(Some(5));
+        narrow.write_rows(&rows).unwrap();
+        let narrow = String::from_utf8(narrow.into_inner()).unwrap();
+        assert_eq!(narrow, "a     xxxxxxx…   1s\n");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! raw they can drive the reader's terminal (retitle it, rewrite what is on screen, hide text: the class of
 //! CVE-2021-25743 in kubectl). Where stdout is a terminal, table cells show control characters and
 //! bidirectional overrides escaped instead; json and yaml, which escape them already, and anything piped
-//! are left exact.
+//! are left exact. Long cells are cut to the terminal's width there too, since one 4 KiB field would
+//! otherwise make every row of the table wrap.
 
 use std::borrow::Cow;
 
@@ -30,6 +31,12 @@ pub fn escape(text: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// Whether stdout is a terminal, and how wide: tables on a terminal show escapes and, unless
+/// `--wide-cells`, cut long cells to fit.
+pub fn stdout_width() -> Option<usize> {
+    terminal_size::terminal_size().map(|(width, _)| usize::from(width.0)).filter(|&width| width > 0)
 }
 
 #[cfg(test)]

@@ -544,12 +544,45 @@ fn escape_sequences_in_objects_do_not_reach_a_terminal() {
     assert_eq!(table(&piped.stdout).1[0][1], table(&theirs.stdout).1[0][1], "piped: kubectl's bytes");
     assert!(piped.stdout.contains("^[]0;pwned\u{7}^[[2Jhello\u{202e}dlrow"), "{piped:#?}");
 
-    let shown = crate::support::samplectl_on_terminal(&["list", "smp", "-n", &ns.0]);
+    let shown = crate::support::samplectl_on_terminal(200, &["list", "smp", "-n", &ns.0]);
     assert!(!shown.contains('\u{1b}') && !shown.contains('\u{7}') && !shown.contains('\u{202e}'), "{shown:?}");
     assert!(shown.contains(r"\x1b]0;pwned\x07\x1b[2Jhello\u{202e}dlrow"), "{shown:?}");
 
-    let json = crate::support::samplectl_on_terminal(&["list", "smp", "evil", "-n", &ns.0, "-o", "json"]);
+    let json = crate::support::samplectl_on_terminal(200, &["list", "smp", "evil", "-n", &ns.0, "-o", "json"]);
     let object: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(object["testString"], evil, "json is exact");
     assert!(!json.contains('\u{1b}'), "json escapes it already");
+}
+
+/// A 4,096-character cell: piped, whole, as kubectl prints it; on a terminal, cut with `…` so that rows fit
+/// its width, unless `--wide-cells`; json whole either way. In `watch` too.
+#[test]
+fn long_cells_are_cut_to_a_terminal_only() {
+    let _cluster = crate::support::shared();
+    install_crd();
+    let ns = Namespace::new("list-width");
+    let long = "0123456789abcdef".repeat(256);
+    crate::support::apply_sample(&ns.0, "long", &long);
+    crate::support::apply_sample(&ns.0, "short", "fits");
+
+    let piped = samplectl(&["list", "smp", "-n", &ns.0]).success();
+    let theirs = kubectl(&["get", "smp", "-n", &ns.0]).success();
+    assert_eq!(table(&piped.stdout).1[0][1], table(&theirs.stdout).1[0][1], "piped: whole, as kubectl");
+    assert!(piped.stdout.contains(&long));
+
+    for args in [vec!["list", "smp", "-n", &ns.0], vec!["watch", "smp", "-n", &ns.0, "--max-events", "2"]] {
+        let shown = crate::support::samplectl_on_terminal(80, &args);
+        let lines: Vec<&str> = shown.lines().collect();
+        assert_eq!(lines.len(), 3, "{args:?}: {shown}");
+        assert!(lines.iter().all(|l| l.chars().count() <= 80), "{args:?}: every line fits 80 columns:\n{shown}");
+        assert!(
+            lines[1..].iter().any(|l| l.contains("0123456789abcdef0123") && l.contains('…')),
+            "{args:?}: cut with …:\n{shown}"
+        );
+        assert!(lines[1..].iter().any(|l| l.contains(" fits ")), "{args:?}: short cells whole:\n{shown}");
+    }
+    let whole = crate::support::samplectl_on_terminal(80, &["list", "smp", "-n", &ns.0, "--wide-cells"]);
+    assert!(whole.replace('\n', "").contains(&long), "--wide-cells keeps it whole");
+    let json = crate::support::samplectl_on_terminal(80, &["list", "smp", "long", "-n", &ns.0, "-o", "json"]);
+    assert!(json.replace('\n', "").contains(&long), "json is never cut");
 }

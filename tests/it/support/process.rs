@@ -83,9 +83,10 @@ fn binary_cache() -> PathBuf {
     }
 }
 
-/// samplectl against the local cluster with its stdout (and stderr) on a pseudo-terminal, as a person at a
-/// terminal runs it (through util-linux `script`): what the terminal was sent, line ends as `\n`.
-pub fn samplectl_on_terminal(args: &[&str]) -> String {
+/// samplectl against the local cluster with its stdout (and stderr) on a pseudo-terminal `columns` wide,
+/// as a person at a terminal runs it (through util-linux `script`): what the terminal was sent, line ends
+/// as `\n`.
+pub fn samplectl_on_terminal(columns: u16, args: &[&str]) -> String {
     let quote = |arg: &str| format!("'{}'", arg.replace('\'', r"'\''"));
     let kubeconfig = cluster().kubeconfig.to_str().unwrap().to_owned();
     let command: Vec<String> = [env!("CARGO_BIN_EXE_samplectl"), "--kubeconfig", &kubeconfig]
@@ -94,7 +95,7 @@ pub fn samplectl_on_terminal(args: &[&str]) -> String {
         .map(quote)
         .collect();
     let out = Command::new("script")
-        .args(["-qec", &command.join(" "), "/dev/null"])
+        .args(["-qec", &format!("stty cols {columns} rows 50; exec {}", command.join(" ")), "/dev/null"])
         .env_remove("KUBECONFIG")
         .env("HOME", empty_home())
         .env("NO_COLOR", "1")
