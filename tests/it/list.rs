@@ -33,8 +33,12 @@ fn samples_show_their_printer_columns_like_kubectl() {
     for name in ["samples", "sample", "smp", "Sample", "samples.example.com"] {
         same_table(&["list", name, "-n", &ns.0], &["get", "samples.example.com", "-n", &ns.0]);
     }
-    let all = same_table(&["list", "smp", "-A"], &["get", "samples.example.com", "-A"]).0;
-    assert_eq!(all[0], "NAMESPACE");
+    // Across namespaces, narrowed to this test's Sample: other tests create and delete Samples meanwhile.
+    let label = format!("test=list-samples-{}", std::process::id());
+    kubectl(&["label", "sample", "sample-resource-1", "-n", &ns.0, &label]).success();
+    let (all, rows) =
+        same_table(&["list", "smp", "-A", "-l", &label], &["get", "samples.example.com", "-A", "-l", &label]);
+    assert_eq!((all[0].as_str(), rows.len()), ("NAMESPACE", 1));
 }
 
 #[test]
@@ -68,10 +72,14 @@ fn builtin_resources_match_kubectl() {
     assert_eq!(header, ["NAME", "STATUS", "AGE"]);
     assert_eq!(rows.len(), 3);
     install_crd();
-    same_table(
-        &["list", "--gvr", "apiextensions.k8s.io/v1/customresourcedefinitions"],
-        &["get", "customresourcedefinitions"],
-    );
+    // Other tests' CRDs may still be going away (deleted without waiting): compare until both tools agree.
+    crate::support::eventually(std::time::Duration::from_secs(30), "the same CRDs from both tools", || {
+        let ours = samplectl(&["list", "--gvr", "apiextensions.k8s.io/v1/customresourcedefinitions"]).success();
+        let theirs = kubectl(&["get", "customresourcedefinitions"]).success();
+        let names = |text: &str| -> Vec<String> { table(text).1.into_iter().map(|row| row[0].clone()).collect() };
+        let same = table(&ours.stdout).0 == table(&theirs.stdout).0 && names(&ours.stdout) == names(&theirs.stdout);
+        if same { Ok(()) } else { Err(format!("samplectl:\n{}\nkubectl:\n{}", ours.stdout, theirs.stdout)) }
+    });
 }
 
 #[test]

@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 
 #[test]
 fn a_sample_cannot_steer_writes_elsewhere() {
-    let _cluster = crate::support::shared();
+    // Alone: it checks that exactly one managed ConfigMap appeared anywhere in the cluster.
+    let _cluster = crate::support::exclusive();
     samplectl(&["install-crd"]).success();
     let ns = Namespace::new("steer");
     let labels: serde_json::Map<String, Value> =
