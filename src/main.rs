@@ -1,3 +1,6 @@
+//! The binary: parse and check the command line, set up logging, run the command on a tokio runtime, and
+//! turn its outcome into kubectl's error line and an exit code. No logic of its own.
+
 use std::io;
 use std::process::ExitCode;
 
