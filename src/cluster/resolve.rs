@@ -167,18 +167,8 @@ async fn crd_serves(client: &Client, name: &str, version: &str) -> bool {
     }
 }
 
-/// A kubectl-style resource name: `samples`, `sample`, `Sample`, `smp`, optionally qualified by group
-/// (`samples.example.com`) or by version and group (`deployments.v1.apps`).
-pub async fn resolve_name(client: &Client, input: &str) -> Result<Resolved> {
-    check_resource_name(input).map_err(anyhow::Error::msg)?;
-    let mut found = resolve_names(client, input).await?;
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        _ => Err(UnknownResource(input.to_owned()).into()),
-    }
-}
-
-/// What a resource argument names, as kubectl reads it: one name, several separated by commas
+/// What a resource argument names, as kubectl reads it: one kubectl-style name (`samples`, `sample`,
+/// `Sample`, `smp`, optionally qualified as `samples.example.com` or `deployments.v1.apps`), several separated by commas
 /// (`cm,sa`), or a category (`all`, or any a CRD declares in `spec.names.categories`), which stands for
 /// every resource of the category in discovery order. A category wins over a resource of the same name,
 /// as in kubectl. Each resource appears once, in the order named.

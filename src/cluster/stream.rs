@@ -75,6 +75,18 @@ pub struct Selectors {
     pub page_size: Option<u32>,
 }
 
+impl Selectors {
+    /// The same selectors and page size for a list request.
+    pub fn list_params(&self) -> ListParams {
+        ListParams {
+            label_selector: self.labels.clone(),
+            field_selector: self.fields.clone(),
+            limit: self.page_size,
+            ..ListParams::default()
+        }
+    }
+}
+
 /// What the first list found: the Table's columns (in the Table shape) and every object.
 pub struct Listed {
     pub columns: Option<Vec<Column>>,
@@ -100,12 +112,7 @@ pub struct ChangeStream {
 
 impl ChangeStream {
     pub fn new(client: Client, target: Target, shape: Shape, selectors: Selectors) -> Self {
-        let lp = ListParams {
-            label_selector: selectors.labels.clone(),
-            field_selector: selectors.fields.clone(),
-            limit: selectors.page_size,
-            ..ListParams::default()
-        };
+        let lp = selectors.list_params();
         let wp = WatchParams {
             label_selector: selectors.labels,
             field_selector: selectors.fields,

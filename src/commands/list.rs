@@ -10,7 +10,7 @@ use kube::api::ListParams;
 use crate::cli::{ListArgs, SelectArgs};
 use crate::cluster::client::Connection;
 use crate::cluster::read::{Item, Page, Shape, Target, get_one, list_pages};
-use crate::commands::select::{Printing, Selection, fit, list_params, select};
+use crate::commands::select::{Printing, Selection, fit, select, selectors};
 use crate::error::Reported;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 
@@ -20,7 +20,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, ou
     if !selection.names.is_empty() {
         return named(conn, &selection, list, out).await;
     }
-    let lp = list_params(args);
+    let lp = selectors(args).list_params();
     let several = selection.targets.len() > 1;
     match selection.printing {
         Printing::Table { wide } => {
@@ -37,7 +37,6 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, ou
             // Several resources make one List, as kubectl prints them.
             let mut writer = Selection::object_printer(format, &selection.targets[0], args).list(&mut *out);
             for target in &selection.targets {
-                writer.resource(&target.resolved);
                 let mut pages = std::pin::pin!(list_pages(&conn.client, target, &lp, Shape::Objects));
                 let mut read = 0;
                 while let Some(page) = pages.try_next().await? {

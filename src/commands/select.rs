@@ -1,8 +1,8 @@
 //! What `list` and `watch` share: turning the resource arguments and namespace flags (already checked by
 //! `cli`) into a `Target` and a way of printing it.
 
+use crate::cluster::stream::Selectors;
 use anyhow::{Result, bail};
-use kube::api::ListParams;
 
 use crate::cli::{OutputFormat, Resource, SelectArgs};
 use crate::cluster::client::Connection;
@@ -88,11 +88,11 @@ pub fn fit(args: &SelectArgs) -> Option<usize> {
     crate::output::terminal::stdout_width().filter(|_| !args.wide_cells)
 }
 
-pub fn list_params(args: &SelectArgs) -> ListParams {
-    ListParams {
-        label_selector: args.selector.clone(),
-        field_selector: args.field_selector.clone(),
-        limit: (args.chunk_size > 0).then_some(args.chunk_size),
-        ..ListParams::default()
+/// `-l`, `--field-selector` and `--chunk-size` (0: everything at once).
+pub fn selectors(args: &SelectArgs) -> Selectors {
+    Selectors {
+        labels: args.selector.clone(),
+        fields: args.field_selector.clone(),
+        page_size: (args.chunk_size > 0).then_some(args.chunk_size),
     }
 }

@@ -9,8 +9,8 @@ use crate::cli::WatchArgs;
 use crate::cluster::changes::Change;
 use crate::cluster::client::Connection;
 use crate::cluster::read::{Column, Item};
-use crate::cluster::stream::{ChangeStream, Selectors};
-use crate::commands::select::{Printing, Selection, fit, select};
+use crate::cluster::stream::ChangeStream;
+use crate::commands::select::{Printing, Selection, fit, select, selectors};
 use crate::output::objects::ObjectPrinter;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 use crate::signal::shutdown_signal;
@@ -76,11 +76,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
         Printing::Table { wide } => Sink::TablePending { out, wide, fit: fit(&args.select) },
         Printing::Objects(format) => Sink::Objects(out, Selection::object_printer(format, &target, &args.select)),
     };
-    let mut selectors = Selectors {
-        labels: args.select.selector.clone(),
-        fields: args.select.field_selector.clone(),
-        page_size: (args.select.chunk_size > 0).then_some(args.select.chunk_size),
-    };
+    let mut selectors = selectors(&args.select);
     // The command line allows at most one name here.
     if let Some(name) = names.first() {
         // One object is watched as kubectl does it: a field selector on its name.

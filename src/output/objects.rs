@@ -133,11 +133,6 @@ impl<W: Write> ListWriter<W> {
         Ok(())
     }
 
-    /// The resource the next items are of, for `-o name` when one list holds several resources.
-    pub fn resource(&mut self, resolved: &Resolved) {
-        self.printer.resolved = resolved.clone();
-    }
-
     /// Ends the `List`. Its `metadata.resourceVersion` is `""` whatever the server's list said, as
     /// kubectl prints it: the printed List is put together on the client, not the one the server sent.
     pub fn finish(mut self) -> io::Result<W> {

@@ -268,11 +268,11 @@ impl<W: Write> TableWriter<W> {
         for record in &records {
             let mut line = String::new();
             for (i, width) in self.widths.iter().enumerate().take(columns - 1) {
-                let cell = cut(record.get(i).map_or("", String::as_str), width - GAP);
+                let cell = self.cut(record.get(i).map_or("", String::as_str), width - GAP);
                 line.push_str(&cell);
                 line.extend(std::iter::repeat_n(' ', width.saturating_sub(get_text_width(&cell))));
             }
-            line.push_str(&cut(record.get(columns - 1).map_or("", String::as_str), last));
+            line.push_str(&self.cut(record.get(columns - 1).map_or("", String::as_str), last));
             writeln!(self.out, "{line}")?;
         }
         self.out.flush()
@@ -280,6 +280,14 @@ impl<W: Write> TableWriter<W> {
 
     pub fn into_inner(self) -> W {
         self.out
+    }
+
+    /// `text` cut to `width` when fitting a terminal; whole otherwise, without measuring it.
+    fn cut<'a>(&self, text: &'a str, width: usize) -> std::borrow::Cow<'a, str> {
+        match self.limit {
+            Some(_) => cut(text, width),
+            None => std::borrow::Cow::Borrowed(text),
+        }
     }
 
     /// Narrows the widest column, one step at a time, until a row fits `limit` or no column can give up

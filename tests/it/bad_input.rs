@@ -113,6 +113,12 @@ fn usage_mistakes_are_found_before_any_kubeconfig_is_read() {
         ),
         (&["list", "cm", "-o", "table"], "error: invalid value 'table' for '--output <FORMAT>'"),
         (&["watch", "sam ples"], "error: invalid resource name \"sam ples\""),
+        (&["watch", "cm,sa"], "error: watch follows one resource type; \"cm,sa\" names several"),
+        (&["list", "cm,sa", "a"], "error: \"cm,sa\" names several resource types; object names go with one type only"),
+        (
+            &["list", "deploy", "--subresource", "scale"],
+            "error: subresource cannot be used when bulk resources are specified",
+        ),
         (&["watch", "cm", "--timeout", "soon"], "error: invalid value 'soon' for '--timeout <DURATION>'"),
         (
             &["reconcile", "--gvr", "v1/configmaps", "--watch", "--once"],

@@ -447,6 +447,13 @@ fn several_types_and_categories_print_like_kubectl() {
         let parse = |text: &str| -> Value { serde_yaml::from_str(text).unwrap() };
         assert_eq!(parse(&ours.stdout), parse(&theirs.stdout), "-o {output}: one List of both kinds");
     }
+    // A category is known only after discovery: names with it, and watching it, fail then (exit 1).
+    let run = samplectl(&["list", &category, "g1", "-n", &ns.0]);
+    let want = format!("error: {category:?} names 2 resource types; object names go with one type only\n");
+    assert_eq!((run.code, run.stderr.as_str(), run.stdout.as_str()), (1, want.as_str(), ""), "{run:#?}");
+    let run = samplectl(&["watch", &category, "-n", &ns.0]);
+    let want = format!("error: watch follows one resource type; this names 2: gadgets.{group}, gizmos.{group}\n");
+    assert_eq!((run.code, run.stderr.as_str(), run.stdout.as_str()), (1, want.as_str(), ""), "{run:#?}");
 }
 
 /// `-L KEY` (repeated or comma-separated) as kubectl: a column per label, headed by the key's last segment
