@@ -21,6 +21,7 @@ PROFILES = {
         "footprint": {"sizes": [1000, 10000], "reps": 2},
         "restart": {"count": 1000, "reps": 5, "settle": 120},
         "sizing": {"sizes": [2000, 5000], "value_kib": 4},
+        "hooks": {"count": 100, "sizes": [1000], "window": 60},
     },
     "quick": {
         "idle": {"sizes": [100], "window": 15, "windows": 2},
@@ -30,6 +31,7 @@ PROFILES = {
         "footprint": {"sizes": [500], "reps": 1},
         "restart": {"count": 300, "reps": 1, "settle": 60},
         "sizing": {"sizes": [300], "value_kib": 4},
+        "hooks": {"count": 20, "sizes": [200], "window": 15},
     },
 }
 

@@ -29,8 +29,8 @@ class Bench:
     def __init__(self, api, env, bins, log_dir):
         self.api, self.env, self.bins, self.log_dir = api, env, bins, log_dir
 
-    def start(self, driver, ns, label, concurrency=None, workers=None):
-        """A controller (or the original loop) working on namespace `ns`."""
+    def start(self, driver, ns, label, concurrency=None, workers=None, extra=()):
+        """A controller (or the original loop) working on namespace `ns`; `extra` are more samplectl flags."""
         b = self.bins
         if driver == "loop":
             args = [b["loop"], "-kubeconfig", self.env["KUBECONFIG"]]
@@ -46,7 +46,7 @@ class Bench:
                 args += ["-workers", str(workers)]
         else:
             raise ValueError(driver)
-        return Proc(args, self.env, os.path.join(self.log_dir, f"{label}.log"))
+        return Proc(args + list(extra), self.env, os.path.join(self.log_dir, f"{label}.log"))
 
     def run_floor(self, ns, prefix, count, workers):
         """The compiled burst floor: creates `count` Samples and writes each one's ConfigMap, Event and
@@ -563,4 +563,86 @@ def sizing(bench, sizes, value_kib, log):
         delete_namespace(bench.api, ns)
         out[str(n)] = run
         log(f"sizing {n} Samples of {value_kib} KiB: {run}")
+    return out
+
+
+# The Sample controller as a hook (examples/hooks/sample/sync.py): the same writes as the built-in sync, with
+# a Python process per reconcile.
+SAMPLE_HOOK = ["--gvr", "example.com/v1alpha1/samples", "--child", "v1/configmaps",
+               "--hook", "python3 examples/hooks/sample/sync.py"]
+HOOK_SETUPS = [("built-in", []), ("hook", SAMPLE_HOOK)]
+
+
+def hook_call_ms(runs=20):
+    """What one call of the sample hook costs on its own: a Python process started, fed one request, read."""
+    request = json.dumps({"parent": {"apiVersion": "example.com/v1alpha1", "kind": "Sample",
+                                     "metadata": {"name": "s", "namespace": "ns", "generation": 1},
+                                     "testString": "x"},
+                          "children": {"ConfigMap.v1": {}}, "finalizing": False}).encode()
+    took = []
+    for _ in range(runs):
+        t0 = time.monotonic()
+        subprocess.run(["python3", "examples/hooks/sample/sync.py"], input=request, check=True,
+                       stdout=subprocess.DEVNULL)
+        took.append((time.monotonic() - t0) * 1000)
+    return took
+
+
+def hooks(bench, count, sizes, window, log):
+    """Scenario 8: the built-in Sample sync against the same controller run as a hook, both with --watch:
+    reaction time (Samples created one at a time), convergence of n Samples created in a burst, and the
+    requests a converged controller sends per minute."""
+    out = {"call_ms": hook_call_ms()}
+    log(f"hooks: one call of the sample hook, median {sorted(out['call_ms'])[len(out['call_ms']) // 2]:.1f} ms")
+    audit = os.path.join(bench.api.cluster_dir, "audit.log")
+    for label, extra in HOOK_SETUPS:
+        ns = f"bench-hook-react-{label}"
+        fresh_namespace(bench.api, ns)
+        seen = Seen()
+        watch = Watch(bench.api, namespaced(ns, "configmaps"), seen)
+        watch.wait_listed()
+        proc = bench.start("watch", ns, f"hooks-reaction-{label}", extra=extra)
+        bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
+        seen.wait("warm-up", timeout=120)
+        latencies = []
+        for i in range(count):
+            name = f"r-{i:03}"
+            bench.api.request("POST", samples_path(ns), sample_body(name, str(i)))
+            created = time.monotonic()
+            latencies.append(max(0.0, seen.wait(name, timeout=60) - created))
+        watch.stop()
+        proc.check_alive()
+        proc.stop()
+        delete_namespace(bench.api, ns)
+        out[f"reaction/{label}"] = latencies
+        log(f"hooks reaction {label}: median {sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms")
+
+        for n in sizes:
+            ns = f"bench-hook-converge-{n}-{label}"
+            fresh_namespace(bench.api, ns)
+            ready = Seen(is_ready)
+            watch = Watch(bench.api, samples_path(ns), ready)
+            watch.wait_listed()
+            proc = bench.start("watch", ns, f"hooks-converge-{n}-{label}", extra=extra)
+            bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
+            ready.wait("warm-up", timeout=120)
+            started = time.monotonic()
+            bench.create_samples(ns, [f"c-{i:05}" for i in range(n)])
+            done = ready.wait_count(n + 1, timeout=3600) - started
+            watch.stop()
+            time.sleep(5)
+            offset, start = os.path.getsize(audit), datetime.datetime.now(datetime.timezone.utc)
+            time.sleep(window)
+            end = datetime.datetime.now(datetime.timezone.utc)
+            with open(audit) as f:
+                f.seek(offset)
+                verbs = audit_verbs(f, "watch", start, end)
+            per_minute = sum(verbs.values()) * 60.0 / (end - start).total_seconds()
+            proc.check_alive()
+            peak = proc.peak_rss_mib()
+            proc.stop()
+            delete_namespace(bench.api, ns)
+            out[f"converge/{n}/{label}"] = {"seconds": done, "idle_requests_per_min": per_minute,
+                                             "peak_rss_mib": peak}
+            log(f"hooks convergence {n} {label}: {done:.1f}s; idle {per_minute:.1f} requests/min")
     return out

@@ -13,6 +13,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use crate::cluster::client::ClientOptions;
 use crate::cluster::resolve::{Gvr, check_resource_name};
 use crate::controller::crd::serves_samples;
+use crate::controller::hook::Target as HookTarget;
 use crate::controller::leader::Election;
 use crate::logging::LogFormat;
 use crate::output::color::ColorChoice;
@@ -98,7 +99,7 @@ pub enum Command {
                             samplectl reconcile --watch -n demo\n  samplectl reconcile --once          \
                             # one pass; exit 1 unless every Sample is Ready\n  \
                             samplectl reconcile --gvr v1/configmaps -n demo   # observe only")]
-    Reconcile(ReconcileArgs),
+    Reconcile(Box<ReconcileArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -182,6 +183,29 @@ pub struct ReconcileArgs {
     /// certificate made at start-up)
     #[arg(long, value_name = "DIR", requires = "metrics_secure")]
     pub metrics_cert_dir: Option<std::path::PathBuf>,
+
+    /// Reconcile --gvr with this command as its sync hook (metacontroller's CompositeController protocol):
+    /// the request on its stdin, the answer on its stdout; split into words like a shell, run without one
+    #[arg(long, value_name = "COMMAND", value_parser = HookTarget::command, conflicts_with = "hook_url", help_heading = "Hooks")]
+    pub hook: Option<HookTarget>,
+
+    /// Reconcile --gvr with the sync hook at this URL: the request POSTed as JSON, the answer in a 200 response
+    #[arg(long, value_name = "URL", value_parser = HookTarget::url, help_heading = "Hooks")]
+    pub hook_url: Option<HookTarget>,
+
+    /// A child type the hook may manage, as GROUP/VERSION/RESOURCE (v1/configmaps, apps/v1/deployments);
+    /// repeat for each
+    #[arg(long = "child", value_name = "GVR", value_parser = Gvr::parse, help_heading = "Hooks")]
+    pub children: Vec<Gvr>,
+
+    /// How long one call of the hook may take
+    #[arg(long, default_value = "10s", value_parser = at_least::<100>, value_name = "DURATION", help_heading = "Hooks")]
+    pub hook_timeout: Duration,
+
+    /// Put a finalizer on each parent, and call the hook with `finalizing: true` when one is deleted until
+    /// it answers `finalized: true`
+    #[arg(long, help_heading = "Hooks")]
+    pub finalize: bool,
 }
 
 /// What to read and how to print it; shared by `list` and `watch`.
@@ -408,11 +432,24 @@ pub enum Resource<'a> {
 }
 
 impl ReconcileArgs {
+    /// `--hook` or `--hook-url`, whichever was given.
+    pub fn hook_target(&self) -> Option<&HookTarget> {
+        self.hook.as_ref().or(self.hook_url.as_ref())
+    }
+
     fn mistake(&self) -> Option<String> {
-        if self.watch && self.once && !serves_samples(&self.gvr) {
+        let hooked = self.hook_target().is_some();
+        if self.watch && self.once && !serves_samples(&self.gvr) && !hooked {
             return Some(
-                "--once with --watch applies to Samples only; use --once without --watch to observe once".into(),
+                "--once with --watch applies to Samples and hooks only; use --once without --watch to observe once"
+                    .into(),
             );
+        }
+        if !hooked && !self.children.is_empty() {
+            return Some("--child names a hook's child types; give --hook or --hook-url too".into());
+        }
+        if !hooked && self.finalize {
+            return Some("--finalize calls a hook on deletion; give --hook or --hook-url too".into());
         }
         if self.leader_elect {
             return Election::check_timing(self.lease_duration, self.renew_deadline, self.retry_period).err();
@@ -460,7 +497,10 @@ mod tests {
         said(&["watch", "sam ples"], "invalid resource name \"sam ples\"");
         said(&["list", "samples", "x", "-A"], "cannot be retrieved by name across all namespaces");
         said(&["list", "samples", "-o", "json", "--show-labels"], "--show-labels option cannot be used with json");
-        said(&["reconcile", "--gvr", "v1/configmaps", "--watch", "--once"], "applies to Samples only");
+        said(&["reconcile", "--gvr", "v1/configmaps", "--watch", "--once"], "applies to Samples and hooks only");
+        assert_eq!(mistake(&["reconcile", "--gvr", "v1/configmaps", "--watch", "--once", "--hook", "./h"]), None);
+        said(&["reconcile", "--child", "v1/configmaps"], "give --hook or --hook-url too");
+        said(&["reconcile", "--finalize"], "give --hook or --hook-url too");
         said(&["reconcile", "--leader-elect", "--renew-deadline", "20s"], "--renew-deadline must be shorter");
         said(&["reconcile", "--leader-elect", "--retry-period", "10s"], "--retry-period must be shorter");
         assert_eq!(mistake(&["reconcile", "--renew-deadline", "20s"]), None, "only checked with --leader-elect");

@@ -135,6 +135,18 @@ pub async fn resolve_gvr(client: &Client, gvr: &Gvr) -> Result<Resolved> {
     }
 }
 
+/// Whether the resource serves a subresource (`status`, `scale`), from its group version's discovery.
+pub async fn has_subresource(client: &Client, gvr: &Gvr, subresource: &str) -> Result<bool> {
+    let listed = if gvr.group.is_empty() {
+        client.list_core_api_resources(&gvr.version).await
+    } else {
+        client.list_api_group_resources(&gvr.group_version()).await
+    };
+    let list = listed.with_context(|| format!("cannot discover {}", gvr.group_version()))?;
+    let wanted = format!("{}/{subresource}", gvr.resource);
+    Ok(list.resources.iter().any(|r| r.name == wanted))
+}
+
 async fn find_in_group_version(client: &Client, gvr: &Gvr) -> Result<Option<Resolved>> {
     let listed = if gvr.group.is_empty() {
         client.list_core_api_resources(&gvr.version).await

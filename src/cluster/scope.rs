@@ -25,3 +25,16 @@ pub fn dynamic(client: Client, ar: &ApiResource, namespace: Option<&str>) -> Api
         None => Api::all_with(client, ar),
     }
 }
+
+/// The metadata-only `Api` (PartialObjectMeta) for `ar`, in one namespace or all of them: for watches that
+/// need to know an object exists, not what it holds.
+pub fn dynamic_metadata(
+    client: Client,
+    ar: &ApiResource,
+    namespace: Option<&str>,
+) -> Api<kube::core::PartialObjectMeta<DynamicObject>> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client, ns, ar),
+        None => Api::all_with(client, ar),
+    }
+}

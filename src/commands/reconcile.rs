@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use crate::cli::ReconcileArgs;
 use crate::cluster::client::Connection;
-use crate::controller::run::{Settings, run as run_controller};
+use crate::controller::run::{HookSettings, Settings, run as run_controller};
 
 pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArgs) -> Result<()> {
     let settings = Settings {
@@ -28,6 +28,12 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         metrics_addr: args.metrics_addr,
         metrics_secure: args.metrics_secure,
         metrics_cert_dir: args.metrics_cert_dir.clone(),
+        hook: args.hook_target().map(|target| HookSettings {
+            target: target.clone(),
+            timeout: args.hook_timeout,
+            children: args.children.clone(),
+            finalize: args.finalize,
+        }),
     };
     run_controller(conn, &settings).await
 }

@@ -1,25 +1,27 @@
-//! The polling driver: the original list-every-second loop done right. Each tick lists the Samples and
-//! the ConfigMaps samplectl manages (by label), decides without further requests which Samples differ
-//! from what they want, and starts reconciles for those, a few at a time. A tick does not wait for the
-//! reconciles it started: one slow Sample holds one slot, not the next tick, and a Sample whose
-//! reconcile is still running is not started again. Failures back off per Sample; a Sample blocked by
-//! someone else's ConfigMap is looked at again with a backoff of its own, capped at
+//! The polling driver: the original list-every-second loop done right. Each tick lists the parents and
+//! the children samplectl manages (by label, for every child type), and starts reconciles for the
+//! parents whose inputs (the parent and its children, by resourceVersion) changed since their last good
+//! reconcile, or whose resync is due, a few at a time. A tick does not wait for the reconciles it
+//! started: one slow parent (or hook) holds one slot, not the next tick, and a parent whose reconcile is
+//! still running is not started again. Failures back off per parent; a parent blocked by someone else's
+//! object is looked at again with a backoff of its own, capped at
 //! [`CONFLICT_RECHECK_MAX`](super::backoff::CONFLICT_RECHECK_MAX), rather than costing a request every
 //! tick. Both backoffs live in the context's one store.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, ListParams};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::engine::{Context, Failed, Outcome, ReconcileError, bounded, key, uid};
-use super::sample::{ChildAction, desired_status, managed_selector, plan};
+use super::children::{Observed, controller_of, managed_selector};
+use super::engine::{Context, Done, Failed, Outcome, ReconcileError, bounded, key, uid};
 use crate::cluster::read::pages;
 use crate::cluster::scope;
 
@@ -28,12 +30,14 @@ pub struct Poll {
     pub namespace: Option<String>,
     pub interval: Duration,
     pub concurrency: usize,
+    /// How long a parent whose inputs did not change goes before it is synced again anyway.
+    pub resync: Duration,
 }
 
-/// What a `--once` pass found: how many Samples, and the ones not Ready with why.
+/// What a `--once` pass found: how many parents, and the ones not Ready with why.
 #[derive(Debug, Default, Clone)]
 pub struct Pass {
-    pub samples: usize,
+    pub parents: usize,
     pub not_ready: Vec<String>,
 }
 
@@ -52,62 +56,77 @@ where
         .await
 }
 
-/// One reconcile, as it ended.
-type Done = (DynamicObject, Result<Outcome, ReconcileError>);
+/// One reconcile, as it ended, with the fingerprint of the inputs it started from.
+type Finished = (DynamicObject, u64, Result<Done, ReconcileError>);
 
 /// The driver's state across ticks.
 struct State {
     running: HashSet<String>,
-    tasks: JoinSet<Done>,
+    tasks: JoinSet<Finished>,
     slots: Arc<Semaphore>,
-    /// For `--once`: the Samples found not Ready.
+    /// For each parent (by uid) whose last reconcile went through: the fingerprint of its inputs then,
+    /// and when it is due again regardless.
+    synced: HashMap<String, (u64, Instant)>,
+    /// For `--once`: the parents found not Ready.
     not_ready: Vec<String>,
 }
 
+/// A parent's inputs, by version: the parent and each child it controls.
+fn fingerprint(parent: &DynamicObject, children: &Observed) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    parent.metadata.resource_version.hash(&mut hasher);
+    for (key, child) in children {
+        key.hash(&mut hasher);
+        child.metadata.resource_version.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
 impl Poll {
-    fn apis(&self) -> (Api<DynamicObject>, Api<ConfigMap>) {
-        let (client, namespace) = (self.ctx.client.clone(), self.namespace.as_deref());
-        (scope::dynamic(client.clone(), &self.ctx.samples.ar, namespace), scope::api(client, namespace))
+    fn parents_api(&self) -> Api<DynamicObject> {
+        scope::dynamic(self.ctx.client.clone(), &self.ctx.family.parent.ar, self.namespace.as_deref())
     }
 
-    /// Lists, and starts a reconcile for each Sample that differs from what it wants and is neither
-    /// running nor waiting. Returns how many Samples there are.
+    fn children_api(&self, kind: usize) -> Api<DynamicObject> {
+        let child = &self.ctx.family.children[kind];
+        let namespace = self.namespace.as_deref().filter(|_| child.namespaced && self.ctx.family.parent.namespaced);
+        scope::dynamic(self.ctx.client.clone(), &child.ar, namespace)
+    }
+
+    /// Lists, and starts a reconcile for each parent whose inputs changed (or whose resync is due) and
+    /// that is neither running nor waiting. Returns how many parents there are.
     async fn tick(&self, state: &mut State, once: bool) -> anyhow::Result<usize> {
-        let (samples_api, configmaps_api) = self.apis();
         // A list made after a write has seen it: what was remembered about earlier writes is moot.
         self.ctx.relisted();
-        let samples = list_all(&samples_api, ListParams::default()).await?;
-        let configmaps = list_all(&configmaps_api, ListParams::default().labels(&managed_selector())).await?;
-        let mut children: HashMap<(String, String), ConfigMap> = configmaps
-            .into_iter()
-            .map(|cm| {
-                ((cm.metadata.namespace.clone().unwrap_or_default(), cm.metadata.name.clone().unwrap_or_default()), cm)
-            })
-            .collect();
+        let parents = list_all(&self.parents_api(), ListParams::default()).await?;
+        let family = &self.ctx.family;
+        let mut children: HashMap<String, Observed> = HashMap::new();
+        for kind in 0..family.children.len() {
+            let listed = list_all(&self.children_api(kind), ListParams::default().labels(&managed_selector())).await?;
+            for child in listed {
+                if let Some((_, owner)) = controller_of(&child.metadata, &family.parent) {
+                    children.entry(owner.to_owned()).or_default().insert(family.key(kind, &child.metadata), child);
+                }
+            }
+        }
 
         let now = Instant::now();
-        let count = samples.len();
-        let present: HashSet<String> = samples.iter().map(uid).collect();
+        let count = parents.len();
+        let present: HashSet<String> = parents.iter().map(uid).collect();
         self.ctx.backoff.retain(&present);
+        state.synced.retain(|uid, _| present.contains(uid));
         let mut started = 0;
-        for sample in samples {
-            let uid = uid(&sample);
-            let child = children.remove(&(
-                sample.metadata.namespace.clone().unwrap_or_default(),
-                sample.metadata.name.clone().unwrap_or_default(),
-            ));
-            if sample.metadata.deletion_timestamp.is_some() || state.running.contains(&uid) {
+        for parent in parents {
+            let uid = uid(&parent);
+            let observed = children.remove(&uid).unwrap_or_default();
+            if state.running.contains(&uid) {
                 continue;
             }
-            let planned = plan(&sample, &self.ctx.samples.ar, child.as_ref());
-            let converged = child.is_some()
-                && planned.child == ChildAction::None
-                && desired_status(&sample, &self.ctx.samples.ar, &planned.readiness, "").is_none();
-            if converged {
-                self.ctx.backoff.clear(&uid);
-                if once && !planned.readiness.ready {
-                    state.not_ready.push(format!("{} ({})", key(&sample), planned.readiness.reason));
-                }
+            let print = fingerprint(&parent, &observed);
+            if let Some((last, due)) = state.synced.get(&uid)
+                && *last == print
+                && now < *due
+            {
                 continue;
             }
             if !once && self.ctx.backoff.waiting(&uid, now) {
@@ -118,38 +137,53 @@ impl Poll {
             let (ctx, slots) = (self.ctx.clone(), state.slots.clone());
             state.tasks.spawn(async move {
                 let _slot = slots.acquire_owned().await.expect("the semaphore is never closed");
-                let result = ctx.reconcile(&sample, child.as_ref()).await;
-                (sample, result)
+                let result = ctx.reconcile(&parent, observed).await;
+                (parent, print, result)
             });
         }
         self.ctx.metrics.backlog.set(started);
         Ok(count)
     }
 
-    fn finished(&self, state: &mut State, (sample, result): Done, once: bool) {
-        let uid = uid(&sample);
+    fn finished(&self, state: &mut State, (parent, print, result): Finished, once: bool) {
+        let uid = uid(&parent);
         state.running.remove(&uid);
+        let synced = |state: &mut State, resync_after: Option<Duration>| {
+            let due = Instant::now() + resync_after.map_or(self.resync, |after| after.min(self.resync));
+            state.synced.insert(uid.clone(), (print, due));
+        };
         let not_ready = match result {
-            Ok(Outcome::Ready | Outcome::Deleting) => {
+            Ok(Done { outcome: Outcome::Ready | Outcome::Deleting, resync_after }) => {
                 self.ctx.backoff.clear(&uid);
+                synced(state, resync_after);
                 None
             }
-            Ok(Outcome::NotReady(reason)) => {
+            Ok(Done { outcome: Outcome::NotReady(reason), resync_after }) => {
                 self.ctx.backoff.clear(&uid);
+                synced(state, resync_after);
                 Some(reason)
             }
-            Ok(Outcome::Conflict) => {
+            // Asked again soon whatever its inputs: the hook has not said it is done cleaning up.
+            Ok(Done { outcome: Outcome::Finalizing, resync_after }) => {
+                self.ctx.backoff.clear(&uid);
+                let due = Instant::now() + resync_after.unwrap_or(super::engine::FINALIZE_RECHECK);
+                state.synced.insert(uid.clone(), (0, due));
+                None
+            }
+            Ok(Done { outcome: Outcome::Conflict(reason), .. }) => {
                 self.ctx.backoff.conflicted(&uid);
-                Some("ConfigMapConflict".to_owned())
+                state.synced.remove(&uid);
+                Some(reason)
             }
             Err(err) => {
-                let delay = self.ctx.failed(&sample);
+                let delay = self.ctx.failed(&parent);
                 tracing::warn!("{err}; retrying in {}s", delay.as_secs());
+                state.synced.remove(&uid);
                 Some(format!("{}: {}", err.action, err.message))
             }
         };
         if let (true, Some(reason)) = (once, not_ready) {
-            state.not_ready.push(format!("{} ({reason})", key(&sample)));
+            state.not_ready.push(format!("{} ({reason})", key(&parent)));
         }
     }
 
@@ -160,6 +194,7 @@ impl Poll {
             running: HashSet::new(),
             tasks: JoinSet::new(),
             slots: Arc::new(Semaphore::new(self.concurrency.max(1))),
+            synced: HashMap::new(),
             not_ready: Vec::new(),
         };
         loop {
@@ -174,15 +209,18 @@ impl Poll {
                 self.ctx.health.unreachable();
             }
             match tick {
-                Ok(samples) if once => {
+                Ok(parents) if once => {
                     while let Some(done) = state.tasks.join_next().await {
                         self.finished(&mut state, done?, true);
                     }
-                    return Ok(Some(Pass { samples, not_ready: std::mem::take(&mut state.not_ready) }));
+                    return Ok(Some(Pass { parents, not_ready: std::mem::take(&mut state.not_ready) }));
                 }
-                Ok(samples) => tracing::debug!(samples, running = state.running.len(), "tick done"),
+                Ok(parents) => tracing::debug!(parents, running = state.running.len(), "tick done"),
                 Err(err) if once => return Err(err),
-                Err(err) => tracing::warn!("cannot list Samples and their ConfigMaps: {err:#}"),
+                Err(err) => tracing::warn!(
+                    "cannot list {} and their children: {err:#}",
+                    self.ctx.family.parent.qualified_plural()
+                ),
             }
             let next = tokio::time::sleep_until(started + self.interval);
             tokio::pin!(next);

@@ -1,5 +1,6 @@
-//! Running the controller: picks the driver (poll or watch) and the mode (controller for Samples, observe
-//! for anything else), and wires up shutdown, leader election, health, metrics and the request totals.
+//! Running the controller: picks the driver (poll or watch) and the sync (the built-in one for Samples, a
+//! hook for any resource given one, observe mode for anything else), and wires up shutdown, leader
+//! election, health, metrics and the request totals.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,9 +11,11 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use tokio::sync::watch;
 
+use super::children::Family;
 use super::crd::serves_samples;
-use super::engine::Context;
+use super::engine::{Context, Syncer};
 use super::health::{Health, Secure, serve_health, serve_metrics};
+use super::hook::{Hook, Target as HookTarget};
 use super::leader::{Election, default_identity};
 use super::metrics::Metrics;
 use super::metrics_access::MetricsAccess;
@@ -21,7 +24,7 @@ use super::poll::Poll;
 use super::watch::Watch;
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
-use crate::cluster::resolve::{Gvr, UnknownResource, resolve_gvr};
+use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, has_subresource, resolve_gvr};
 
 /// How the controller runs: what `samplectl reconcile`'s flags say, already checked.
 #[derive(Debug, Clone)]
@@ -47,6 +50,19 @@ pub struct Settings {
     pub metrics_addr: Option<SocketAddr>,
     pub metrics_secure: bool,
     pub metrics_cert_dir: Option<PathBuf>,
+    /// A hook to sync with, in place of observing (or of the built-in sync, for Samples).
+    pub hook: Option<HookSettings>,
+}
+
+/// `--hook` or `--hook-url`, and what goes with it.
+#[derive(Debug, Clone)]
+pub struct HookSettings {
+    pub target: HookTarget,
+    pub timeout: Duration,
+    /// The child types it may manage (`--child`).
+    pub children: Vec<Gvr>,
+    /// `--finalize`: a finalizer on each parent, and the hook called with `finalizing: true` on deletion.
+    pub finalize: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,19 +71,19 @@ pub struct Settings {
 )]
 pub struct CrdMissing;
 
-/// `--once` found Samples that are not Ready: says how many, and names a few with their reasons.
+/// `--once` found parents that are not Ready: says how many, and names a few with their reasons.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", not_ready_message(.0))]
-pub struct NotAllReady(Vec<String>);
+#[error("{}", not_ready_message(.0, .1))]
+pub struct NotAllReady(String, Vec<String>);
 
 const NAMED: usize = 5;
 
-fn not_ready_message(samples: &[String]) -> String {
-    let mut sorted = samples.to_vec();
+fn not_ready_message(kind: &str, parents: &[String]) -> String {
+    let mut sorted = parents.to_vec();
     sorted.sort();
     let (count, verb) = match sorted.len() {
-        1 => ("1 Sample".to_owned(), "is"),
-        n => (format!("{n} Samples"), "are"),
+        1 => (format!("1 {kind}"), "is"),
+        n => (format!("{n} {kind}s"), "are"),
     };
     let mut named = sorted.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
     if sorted.len() > NAMED {
@@ -75,6 +91,15 @@ fn not_ready_message(samples: &[String]) -> String {
     }
     format!("{count} {verb} not Ready: {named}")
 }
+
+/// A hook's parent type whose CRD has no status subresource: writing status would change the generation
+/// on every write and sync forever (metacontroller refuses these too).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0} has no status subresource: writing a hook's status to it would bump its generation and loop; add \
+     `subresources: {{status: {{}}}}` to its CRD's version"
+)]
+pub struct NoStatusSubresource(String);
 
 #[derive(Debug, thiserror::Error)]
 #[error("lost the leader lease; stopped reconciling")]
@@ -134,15 +159,32 @@ pub async fn run(conn: &Connection, args: &Settings) -> Result<()> {
     }
 
     let driver = if args.watch { "watch" } else { "poll" };
-    let result = if is_samples {
-        let scope = namespace.as_deref().map_or("all namespaces".to_owned(), |ns| format!("namespace {ns}"));
-        tracing::info!(driver, namespace = namespace.as_deref(), "reconciling Samples in {scope} ({driver} driver)");
-        let ctx = Arc::new(Context::new(conn.client.clone(), resolved, metrics.clone(), health.clone()));
+    let scope = namespace.as_deref().map_or("all namespaces".to_owned(), |ns| format!("namespace {ns}"));
+    let sync = match &args.hook {
+        Some(hook) => Some(hooked(conn, resolved.clone(), hook).await?),
+        None if is_samples => Some(built_in(resolved.clone())),
+        None => None,
+    };
+    let result = if let Some((family, sync, finalize)) = sync {
+        let what = match &sync {
+            Syncer::Sample => "Samples".to_owned(),
+            Syncer::Hook(hook) => {
+                let children: Vec<String> = family.children.iter().map(Resolved::qualified_plural).collect();
+                format!(
+                    "{} with hook {} (children: {})",
+                    family.parent.qualified_plural(),
+                    hook.target,
+                    if children.is_empty() { "none".to_owned() } else { children.join(", ") }
+                )
+            }
+        };
+        tracing::info!(driver, namespace = namespace.as_deref(), "reconciling {what} in {scope} ({driver} driver)");
+        let ctx = Arc::new(Context::new(conn.client.clone(), family, sync, finalize, metrics.clone(), health.clone()));
         if args.leader_elect {
             lead_then_reconcile(conn, ctx, namespace, args, stop).await
         } else {
             metrics.leader.set(1);
-            drain_within(reconcile_samples(ctx, namespace, args, stop.clone()), stop, args.shutdown_timeout).await
+            drain_within(reconcile_parents(ctx, namespace, args, stop.clone()), stop, args.shutdown_timeout).await
         }
     } else {
         let target = Target { resolved, namespace };
@@ -159,7 +201,43 @@ pub async fn run(conn: &Connection, args: &Settings) -> Result<()> {
     result
 }
 
-async fn reconcile_samples(
+/// The Sample controller: the built-in sync, with ConfigMaps as its one child type (a core type, known
+/// without asking discovery).
+fn built_in(samples: Resolved) -> (Family, Syncer, bool) {
+    let configmaps = Resolved {
+        ar: kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        namespaced: true,
+        verbs: Vec::new(),
+    };
+    (Family { parent: samples, children: vec![configmaps] }, Syncer::Sample, false)
+}
+
+/// A hook's controller: its child types resolved, and refused when they cannot work with the parent.
+async fn hooked(conn: &Connection, parent: Resolved, hook: &HookSettings) -> Result<(Family, Syncer, bool)> {
+    let mut children: Vec<Resolved> = Vec::new();
+    for gvr in &hook.children {
+        let child = resolve_gvr(&conn.client, gvr).await?;
+        if !children.iter().any(|c| c.ar.api_version == child.ar.api_version && c.ar.kind == child.ar.kind) {
+            children.push(child);
+        }
+    }
+    let family = Family { parent, children };
+    if let Some(why) = family.mismatch() {
+        bail!("cannot reconcile with these child types: {why}");
+    }
+    let gvr = Gvr {
+        group: family.parent.ar.group.clone(),
+        version: family.parent.ar.version.clone(),
+        resource: family.parent.ar.plural.clone(),
+    };
+    if !has_subresource(&conn.client, &gvr, "status").await? {
+        return Err(NoStatusSubresource(family.parent.qualified_plural()).into());
+    }
+    let hook_sync = Hook::new(hook.target.clone(), hook.timeout)?;
+    Ok((family, Syncer::Hook(Box::new(hook_sync)), hook.finalize))
+}
+
+async fn reconcile_parents(
     ctx: Arc<Context>,
     namespace: Option<String>,
     args: &Settings,
@@ -169,13 +247,18 @@ async fn reconcile_samples(
         let watch = Watch { ctx: ctx.clone(), namespace, concurrency: args.concurrency, resync: args.resync };
         watch.run(args.once, stop).await.map_err(anyhow::Error::from)
     } else {
-        let poll =
-            Poll { ctx: ctx.clone(), namespace, interval: args.interval, concurrency: usize::from(args.concurrency) };
+        let poll = Poll {
+            ctx: ctx.clone(),
+            namespace,
+            interval: args.interval,
+            concurrency: usize::from(args.concurrency),
+            resync: args.resync,
+        };
         poll.run(args.once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
     };
     ctx.flush_events().await;
     match not_ready? {
-        Some(samples) if !samples.is_empty() => Err(NotAllReady(samples).into()),
+        Some(parents) if !parents.is_empty() => Err(NotAllReady(ctx.family.parent.ar.kind.clone(), parents).into()),
         _ => Ok(()),
     }
 }
@@ -236,7 +319,7 @@ async fn lead_then_reconcile(
     tracing::info!("leading as {identity}");
 
     let mut leading = candidate.leading.clone();
-    let work = drain_within(reconcile_samples(ctx.clone(), namespace, args, stop.clone()), stop, args.shutdown_timeout);
+    let work = drain_within(reconcile_parents(ctx.clone(), namespace, args, stop.clone()), stop, args.shutdown_timeout);
     let result = tokio::select! {
         result = work => result,
         _ = leading.wait_for(|l| !*l) => {

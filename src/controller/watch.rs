@@ -1,9 +1,9 @@
-//! The watch-driven driver: kube-runtime's Controller over the Samples (as DynamicObject, with the
-//! discovered ApiResource so owner references match), fed by three watches: the Samples, the ConfigMaps
-//! samplectl labels (cached, as controller-runtime caches them, so reconciling a converged Sample sends no
-//! request), and the metadata of every other ConfigMap (not cached), so that deleting a ConfigMap that
-//! blocks a Sample brings that Sample back at once. Bounded concurrency, per-object exponential backoff
-//! on errors, and a periodic resync.
+//! The watch-driven driver: kube-runtime's Controller over the parents (as DynamicObject, with the
+//! discovered ApiResource so owner references match), fed by a watch of the parents and, for each child
+//! type, two more: the children samplectl labels (cached, as controller-runtime caches them, so
+//! reconciling a converged parent sends no request), and the metadata of every other object of that type
+//! (not cached), so that deleting an object that blocks a parent brings that parent back at once.
+//! Bounded concurrency, per-object exponential backoff on errors, and a periodic resync.
 //!
 //! The triggers are made here rather than with kube's `applied_objects` / `owns_stream`, because those
 //! lose objects: kube's reflector buffers a relist and swaps it into the store only at its end, while
@@ -14,24 +14,24 @@
 //! store has applied it, and after a relist every object the new store holds (as kube's shared-store path
 //! does). bench/UPSTREAM.md describes the fix to offer kube-runtime.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
 
-use super::engine::{Context, Outcome, ReconcileError};
+use super::children::{ChildKey, Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector};
+use super::engine::{Context, Done, Outcome, ReconcileError, uid};
 use super::health::Health;
-use super::sample::{MANAGED_BY, MANAGED_BY_LABEL, managed_selector};
 use crate::cluster::scope;
 
 pub struct Watch {
@@ -41,33 +41,94 @@ pub struct Watch {
     pub resync: Duration,
 }
 
-type SampleRef = ObjectRef<DynamicObject>;
+type ParentRef = ObjectRef<DynamicObject>;
+type Triggers = BoxStream<'static, ParentRef>;
 
-/// For `--once`: the Samples of the first full list, and how each one's first reconcile went.
+/// For `--once`: the parents of the first full list, and how each one's first reconcile went.
 #[derive(Default)]
 struct Once {
-    /// `None` until the Samples have been listed.
-    pending: Mutex<Option<HashSet<SampleRef>>>,
+    /// `None` until the parents have been listed.
+    pending: Mutex<Option<HashSet<ParentRef>>>,
     not_ready: Mutex<Vec<String>>,
+}
+
+/// Which cached children each parent (by uid) controls, kept in step with the child stores: updated
+/// on each watch event after its store has applied it, rebuilt from the store after each relist.
+#[derive(Default)]
+struct Owners {
+    owner_of: HashMap<ChildKey, (String, ParentRef)>,
+    children_of: HashMap<String, BTreeSet<ChildKey>>,
+}
+
+impl Owners {
+    /// Records `key`'s controller (or none); returns the parent that controlled it before, if another.
+    fn set(&mut self, key: &ChildKey, owner: Option<(String, ParentRef)>) -> Option<ParentRef> {
+        let before = self.owner_of.remove(key);
+        if let Some((uid, _)) = &before
+            && let Some(keys) = self.children_of.get_mut(uid)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.children_of.remove(uid);
+            }
+        }
+        if let Some((uid, parent)) = owner {
+            self.children_of.entry(uid.clone()).or_default().insert(key.clone());
+            self.owner_of.insert(key.clone(), (uid.clone(), parent));
+            if before.as_ref().is_some_and(|(old, _)| *old == uid) {
+                return None;
+            }
+        }
+        before.map(|(_, parent)| parent)
+    }
+
+    fn clear_kind(&mut self, kind: usize) {
+        let keys: Vec<ChildKey> = self.owner_of.keys().filter(|k| k.kind == kind).cloned().collect();
+        for key in keys {
+            self.set(&key, None);
+        }
+    }
 }
 
 struct Shared {
     ctx: Arc<Context>,
     resync: Duration,
-    children: Store<ConfigMap>,
+    stores: Vec<Store<DynamicObject>>,
+    owners: Arc<Mutex<Owners>>,
+}
+
+impl Shared {
+    fn children_of(&self, parent_uid: &str) -> Observed {
+        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        let family = &self.ctx.family;
+        owners
+            .children_of
+            .get(parent_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| {
+                let ar = &family.children[key.kind].ar;
+                let mut reference = ObjectRef::new_with(&key.name, ar.clone());
+                if !key.namespace.is_empty() {
+                    reference = reference.within(&key.namespace);
+                }
+                self.stores[key.kind].get(&reference).map(|child| (key.clone(), (*child).clone()))
+            })
+            .collect()
+    }
 }
 
 /// Says, once per outage, that a watch was cut and is being reopened, and when it is back; the errors
 /// between (every failed reconnect) go to the debug log. It also tells /healthz and /readyz when the API
 /// server did not answer.
 struct Outage {
-    what: &'static str,
+    what: String,
     down: bool,
     health: Arc<Health>,
 }
 
 impl Outage {
-    fn new(what: &'static str, health: &Arc<Health>) -> Self {
+    fn new(what: String, health: &Arc<Health>) -> Self {
         Outage { what, down: false, health: health.clone() }
     }
 
@@ -105,139 +166,191 @@ fn watch_error(err: &watcher::Error) -> String {
     }
 }
 
-/// The Sample that controls `meta`'s object, if one does.
-fn owner(meta: &ObjectMeta, ar: &ApiResource) -> Option<(SampleRef, String)> {
-    let owner = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true) && r.kind == ar.kind && r.api_version == ar.api_version)?;
-    let reference = ObjectRef::new_with(&owner.name, ar.clone()).within(meta.namespace.as_deref().unwrap_or_default());
-    Some((reference, owner.uid.clone()))
+/// The parent that controls the object `meta` describes, if one of the parent's type does.
+fn owner(meta: &ObjectMeta, family: &Family) -> Option<(String, ParentRef)> {
+    let (name, uid) = controller_of(meta, &family.parent)?;
+    let mut reference = ObjectRef::new_with(name, family.parent.ar.clone());
+    if family.parent.namespaced {
+        reference = reference.within(meta.namespace.as_deref().unwrap_or_default());
+    }
+    Some((uid.to_owned(), reference))
 }
 
-/// The Sample named like the ConfigMap `meta` describes, if there is one.
-fn same_name(meta: &ObjectMeta, store: &Store<DynamicObject>, ar: &ApiResource) -> Option<SampleRef> {
-    let name = meta.name.as_deref().unwrap_or_default();
-    let sample = ObjectRef::new_with(name, ar.clone()).within(meta.namespace.as_deref().unwrap_or_default());
-    store.get(&sample).map(|_| sample)
+fn parent_ref(namespace: &str, name: &str, ar: &ApiResource) -> ParentRef {
+    let reference = ObjectRef::new_with(name, ar.clone());
+    if namespace.is_empty() { reference } else { reference.within(namespace) }
 }
 
-fn every_sample(store: &Store<DynamicObject>, ar: &ApiResource) -> Vec<SampleRef> {
+fn every_parent(store: &Store<DynamicObject>, ar: &ApiResource) -> Vec<ParentRef> {
     store.state().iter().map(|s| ObjectRef::from_obj_with(s.as_ref(), ar.clone())).collect()
 }
 
 impl Watch {
-    fn apis(&self) -> (Api<DynamicObject>, Api<ConfigMap>, Api<PartialObjectMeta<ConfigMap>>) {
-        let (client, namespace) = (self.ctx.client.clone(), self.namespace.as_deref());
-        (
-            scope::dynamic(client.clone(), &self.ctx.samples.ar, namespace),
-            scope::api(client.clone(), namespace),
-            scope::api(client, namespace),
-        )
+    fn child_namespace(&self, kind: usize) -> Option<&str> {
+        let family = &self.ctx.family;
+        self.namespace.as_deref().filter(|_| family.children[kind].namespaced && family.parent.namespaced)
     }
 
-    /// Runs until `stop` turns true; with `once`, until every Sample of the first full list has been
+    fn child_api(&self, kind: usize) -> Api<DynamicObject> {
+        scope::dynamic(self.ctx.client.clone(), &self.ctx.family.children[kind].ar, self.child_namespace(kind))
+    }
+
+    fn child_metadata_api(&self, kind: usize) -> Api<PartialObjectMeta<DynamicObject>> {
+        let ar = &self.ctx.family.children[kind].ar;
+        scope::dynamic_metadata(self.ctx.client.clone(), ar, self.child_namespace(kind))
+    }
+
+    /// The triggers from child type `kind`: its labelled objects, cached in `writer` and indexed by owner,
+    /// and every other object of the type, by metadata only.
+    fn child_triggers(
+        &self,
+        kind: usize,
+        writer: Writer<DynamicObject>,
+        parents: &Store<DynamicObject>,
+        owners: &Arc<Mutex<Owners>>,
+        listed: &watch::Sender<Vec<bool>>,
+    ) -> (Triggers, Triggers) {
+        let family = self.ctx.family.clone();
+        let child = family.children[kind].clone();
+        let store = writer.as_reader();
+
+        // A change to a labelled child triggers its parent (and the one that controlled it before, if
+        // the controller changed); an orphan, the parents it blocks. A relist triggers every parent,
+        // because a child deleted while the watch was down leaves no event behind.
+        let (ctx, parents_c, owners_c, listed_c) = (self.ctx.clone(), parents.clone(), owners.clone(), listed.clone());
+        let mut outage = Outage::new(format!("{}s", child.ar.kind), &self.ctx.health);
+        let fam = family.clone();
+        let labelled = watcher(self.child_api(kind), watcher::Config::default().labels(&managed_selector()))
+            .default_backoff()
+            .modify(|child| child.meta_mut().managed_fields = None)
+            .reflect(writer)
+            .filter_map(move |event| {
+                let triggers = match event {
+                    Err(err) => {
+                        outage.failed(&err);
+                        Vec::new()
+                    }
+                    Ok(event @ (watcher::Event::Apply(_) | watcher::Event::Delete(_))) => {
+                        let (object, deleted) = match event {
+                            watcher::Event::Apply(o) => (o, false),
+                            watcher::Event::Delete(o) => (o, true),
+                            _ => unreachable!(),
+                        };
+                        let key = fam.key(kind, &object.metadata);
+                        let owner = owner(&object.metadata, &fam);
+                        let mut owners = owners_c.lock().unwrap_or_else(|e| e.into_inner());
+                        let before = owners.set(&key, owner.clone().filter(|_| !deleted));
+                        let mut triggers: Vec<ParentRef> = before.into_iter().collect();
+                        match owner {
+                            Some((uid, parent)) => {
+                                ctx.child_seen(Some(&uid));
+                                triggers.push(parent);
+                            }
+                            None => triggers.extend(
+                                ctx.blocked_by(&key).iter().map(|(ns, name)| parent_ref(ns, name, &fam.parent.ar)),
+                            ),
+                        }
+                        triggers
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        outage.listed();
+                        let mut owners = owners_c.lock().unwrap_or_else(|e| e.into_inner());
+                        owners.clear_kind(kind);
+                        for object in store.state() {
+                            if let Some(owner) = owner(&object.metadata, &fam) {
+                                owners.set(&fam.key(kind, &object.metadata), Some(owner));
+                            }
+                        }
+                        ctx.child_seen(None);
+                        listed_c.send_modify(|listed| listed[kind] = true);
+                        every_parent(&parents_c, &fam.parent.ar)
+                    }
+                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
+                };
+                futures::future::ready(Some(stream::iter(triggers)))
+            })
+            .flatten()
+            .boxed();
+
+        // Every other object of the type, metadata only and not kept: one that appears or goes away where
+        // a parent's child would be changes whether that parent is blocked.
+        let (ctx, parents_o) = (self.ctx.clone(), parents.clone());
+        let mut outage = Outage::new(format!("other {}s", child.ar.kind), &self.ctx.health);
+        let unlabelled = format!("{MANAGED_BY_LABEL}!={MANAGED_BY}");
+        let others = watcher(self.child_metadata_api(kind), watcher::Config::default().labels(&unlabelled))
+            .default_backoff()
+            .filter_map(move |event| {
+                let triggers = match event {
+                    Err(err) => {
+                        outage.failed(&err);
+                        Vec::new()
+                    }
+                    Ok(watcher::Event::Apply(meta) | watcher::Event::Delete(meta)) => {
+                        let key = family.key(kind, &meta.metadata);
+                        ctx.blocked_by(&key).iter().map(|(ns, name)| parent_ref(ns, name, &family.parent.ar)).collect()
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        outage.listed();
+                        every_parent(&parents_o, &family.parent.ar)
+                    }
+                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
+                };
+                futures::future::ready(Some(stream::iter(triggers)))
+            })
+            .flatten()
+            .boxed();
+        (labelled, others)
+    }
+
+    /// Runs until `stop` turns true; with `once`, until every parent of the first full list has been
     /// reconciled once, and then returns the ones that are not Ready.
     pub async fn run(&self, once: bool, stop: watch::Receiver<bool>) -> kube::Result<Option<Vec<String>>> {
-        let ar = self.ctx.samples.ar.clone();
-        let (samples_api, configmaps_api, others_api) = self.apis();
-        let samples_writer = Writer::new(ar.clone());
-        let samples = samples_writer.as_reader();
-        let (children, children_writer) = reflector::store::<ConfigMap>();
+        let family = self.ctx.family.clone();
+        let ar = family.parent.ar.clone();
+        let parents_api = scope::dynamic(self.ctx.client.clone(), &ar, self.namespace.as_deref());
+        let parents_writer = Writer::new(ar.clone());
+        let parents = parents_writer.as_reader();
+        let owners = Arc::new(Mutex::new(Owners::default()));
         let tracker = once.then(|| Arc::new(Once::default()));
         let (done_tx, mut done_rx) = watch::channel(false);
 
-        // The ConfigMaps samplectl labels, cached without managedFields (nothing reads them, and they are
-        // much of each object's size). A change to one triggers its Sample; a relist triggers every
-        // Sample, because a ConfigMap deleted while the watch was down leaves no event behind.
-        let (children_listed, mut children_listed_rx) = watch::channel(false);
-        let (ctx, store, ar_c) = (self.ctx.clone(), samples.clone(), ar.clone());
-        let mut outage = Outage::new("ConfigMaps", &self.ctx.health);
-        let child_triggers = watcher(configmaps_api, watcher::Config::default().labels(&managed_selector()))
-            .default_backoff()
-            .modify(|cm| cm.meta_mut().managed_fields = None)
-            .reflect(children_writer)
-            .filter_map(move |event| {
-                let triggers = match event {
-                    Err(err) => {
-                        outage.failed(&err);
-                        Vec::new()
-                    }
-                    Ok(watcher::Event::Apply(cm) | watcher::Event::Delete(cm)) => match owner(&cm.metadata, &ar_c) {
-                        Some((sample, uid)) => {
-                            ctx.child_seen(Some(&uid));
-                            vec![sample]
-                        }
-                        // Labelled but owned by nothing (an orphan): it may block the Sample of its name.
-                        None => same_name(&cm.metadata, &store, &ar_c).into_iter().collect(),
-                    },
-                    Ok(watcher::Event::InitDone) => {
-                        outage.listed();
-                        ctx.child_seen(None);
-                        children_listed.send_replace(true);
-                        every_sample(&store, &ar_c)
-                    }
-                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
-                };
-                futures::future::ready(Some(stream::iter(triggers)))
-            })
-            .flatten();
+        let (listed, mut listed_rx) = watch::channel(vec![false; family.children.len()]);
+        let mut stores = Vec::new();
+        let mut triggers: Vec<Triggers> = Vec::new();
+        for kind in 0..family.children.len() {
+            let writer = Writer::new(family.children[kind].ar.clone());
+            stores.push(writer.as_reader());
+            let (labelled, others) = self.child_triggers(kind, writer, &parents, &owners, &listed);
+            triggers.push(labelled);
+            triggers.push(others);
+        }
 
-        // Every other ConfigMap, metadata only and not kept: one that appears or goes away under a
-        // Sample's name changes whether that Sample is blocked. A relist triggers every Sample for the
-        // same reason as above.
-        let store = samples.clone();
-        let ar_o = ar.clone();
-        let mut outage = Outage::new("other ConfigMaps", &self.ctx.health);
-        let unlabelled = format!("{MANAGED_BY_LABEL}!={MANAGED_BY}");
-        let other_triggers = watcher(others_api, watcher::Config::default().labels(&unlabelled))
-            .default_backoff()
-            .filter_map(move |event| {
-                let triggers = match event {
-                    Err(err) => {
-                        outage.failed(&err);
-                        Vec::new()
-                    }
-                    Ok(watcher::Event::Apply(cm) | watcher::Event::Delete(cm)) => {
-                        same_name(&cm.metadata, &store, &ar_o).into_iter().collect()
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        outage.listed();
-                        every_sample(&store, &ar_o)
-                    }
-                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
-                };
-                futures::future::ready(Some(stream::iter(triggers)))
-            })
-            .flatten();
-
-        // The Samples. Each is triggered once the store holds it; see the module's comment.
-        let (ctx, store, ar_s) = (self.ctx.clone(), samples.clone(), ar.clone());
+        // The parents. Each is triggered once the store holds it; see the module's comment.
+        let (ctx, store, ar_s) = (self.ctx.clone(), parents.clone(), ar.clone());
         let health = self.ctx.health.clone();
         let once_tracker = tracker.clone();
         let done = done_tx.clone();
-        let mut outage = Outage::new("Samples", &self.ctx.health);
-        let sample_triggers = watcher(samples_api, watcher::Config::default())
+        let mut outage = Outage::new(format!("{}s", family.parent.ar.kind), &self.ctx.health);
+        let parent_triggers = watcher(parents_api, watcher::Config::default())
             .default_backoff()
-            .modify(|sample| sample.meta_mut().managed_fields = None)
-            .reflect(samples_writer)
+            .modify(|parent| parent.meta_mut().managed_fields = None)
+            .reflect(parents_writer)
             .filter_map(move |event| {
                 let triggers = match event {
                     Err(err) => {
                         outage.failed(&err);
                         Vec::new()
                     }
-                    Ok(watcher::Event::Apply(sample)) => vec![ObjectRef::from_obj_with(&sample, ar_s.clone())],
-                    Ok(watcher::Event::Delete(sample)) => {
-                        ctx.sample_gone(sample.metadata.uid.as_deref().unwrap_or_default());
+                    Ok(watcher::Event::Apply(parent)) => vec![ObjectRef::from_obj_with(&parent, ar_s.clone())],
+                    Ok(watcher::Event::Delete(parent)) => {
+                        ctx.parent_gone(parent.metadata.uid.as_deref().unwrap_or_default());
                         Vec::new()
                     }
                     Ok(watcher::Event::InitDone) => {
                         outage.listed();
-                        // /readyz: this replica has seen every Sample.
+                        // /readyz: this replica has seen every parent.
                         health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
-                        let all = every_sample(&store, &ar_s);
+                        let all = every_parent(&store, &ar_s);
                         if let Some(tracker) = &once_tracker {
                             let mut pending = tracker.pending.lock().unwrap_or_else(|e| e.into_inner());
                             if pending.is_none() {
@@ -254,14 +367,16 @@ impl Watch {
                 futures::future::ready(Some(stream::iter(triggers)))
             })
             .flatten();
-        // Samples start flowing once the ConfigMap cache has its first full list, or every early
-        // reconcile would miss in it and write (or read) its ConfigMap through the API server instead.
-        let sample_triggers = stream::once(async move {
-            let _ = children_listed_rx.wait_for(|listed| *listed).await;
-            sample_triggers
+        // Parents start flowing once every child cache has its first full list, or every early reconcile
+        // would miss in it and write (or read) its children through the API server instead.
+        let parent_triggers = stream::once(async move {
+            let _ = listed_rx.wait_for(|listed| listed.iter().all(|l| *l)).await;
+            parent_triggers
         })
-        .flatten();
-        let triggers = stream::select(stream::select(child_triggers, other_triggers), sample_triggers);
+        .flatten()
+        .boxed();
+        triggers.push(parent_triggers);
+        let triggers = stream::select_all(triggers);
 
         let mut stop_on = stop.clone();
         let shutdown = async move {
@@ -270,10 +385,10 @@ impl Watch {
                 _ = done_rx.wait_for(|d| *d) => {}
             }
         };
-        let shared = Arc::new(Shared { ctx: self.ctx.clone(), resync: self.resync, children });
+        let shared = Arc::new(Shared { ctx: self.ctx.clone(), resync: self.resync, stores, owners });
         // The Controller's own trigger stream is never used: every trigger comes through reconcile_on.
         let no_objects = stream::pending::<Result<DynamicObject, watcher::Error>>();
-        Controller::for_stream_with(no_objects, samples, ar)
+        Controller::for_stream_with(no_objects, parents, ar)
             .reconcile_on(triggers)
             .with_config(controller::Config::default().concurrency(self.concurrency))
             .graceful_shutdown_on(shutdown)
@@ -284,7 +399,7 @@ impl Watch {
                 async move {
                     let (object, not_ready) = match result {
                         Ok((object, _)) => (object, None),
-                        Err(controller::Error::ReconcilerFailed(Failure::NotReady(reason), object)) => {
+                        Err(controller::Error::ReconcilerFailed(Failure::NotReady(reason, _), object)) => {
                             (*object, Some(reason))
                         }
                         Err(controller::Error::ReconcilerFailed(Failure::Reconcile(err), object)) => {
@@ -301,8 +416,10 @@ impl Watch {
                         let mut pending = tracker.pending.lock().unwrap_or_else(|e| e.into_inner());
                         let Some(pending) = pending.as_mut() else { return };
                         if let (true, Some(reason)) = (pending.remove(&object), not_ready) {
-                            let namespace = object.namespace.as_deref().unwrap_or_default();
-                            let line = format!("{namespace}/{} ({reason})", object.name);
+                            let line = match object.namespace.as_deref() {
+                                Some(ns) => format!("{ns}/{} ({reason})", object.name),
+                                None => format!("{} ({reason})", object.name),
+                            };
                             tracker.not_ready.lock().unwrap_or_else(|e| e.into_inner()).push(line);
                         }
                         if pending.is_empty() {
@@ -316,31 +433,35 @@ impl Watch {
     }
 }
 
-/// Not-Ready outcomes count as failures for `--once`, but are not errors: the Sample's status says why,
-/// and the next change to it or its ConfigMap brings it back.
+/// Not-Ready outcomes count as failures for `--once`, but are not errors: the parent's status says why,
+/// and the next change to it or its children brings it back.
 #[derive(Debug, thiserror::Error)]
 enum Failure {
     #[error(transparent)]
     Reconcile(#[from] ReconcileError),
     #[error("not Ready ({0})")]
-    NotReady(String),
+    NotReady(String, Option<Duration>),
 }
 
-async fn reconcile(sample: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Failure> {
-    let child = ObjectRef::new(&sample.name_any()).within(&sample.namespace().unwrap_or_default());
-    let child = shared.children.get(&child);
-    match shared.ctx.reconcile(&sample, child.as_deref()).await? {
-        Outcome::NotReady(reason) => Err(Failure::NotReady(reason)),
-        Outcome::Conflict => Err(Failure::NotReady("ConfigMapConflict".into())),
-        Outcome::Ready | Outcome::Deleting => Ok(Action::requeue(shared.resync)),
+fn next(resync: Duration, after: Option<Duration>) -> Action {
+    Action::requeue(after.map_or(resync, |after| after.min(resync)))
+}
+
+async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Failure> {
+    let children = shared.children_of(&uid(&parent));
+    let Done { outcome, resync_after } = shared.ctx.reconcile(&parent, children).await?;
+    match outcome {
+        Outcome::NotReady(reason) | Outcome::Conflict(reason) => Err(Failure::NotReady(reason, resync_after)),
+        Outcome::Finalizing => Ok(Action::requeue(resync_after.unwrap_or(super::engine::FINALIZE_RECHECK))),
+        Outcome::Ready | Outcome::Deleting => Ok(next(shared.resync, resync_after)),
     }
 }
 
-fn error_policy(sample: Arc<DynamicObject>, failure: &Failure, shared: Arc<Shared>) -> Action {
+fn error_policy(parent: Arc<DynamicObject>, failure: &Failure, shared: Arc<Shared>) -> Action {
     match failure {
-        Failure::NotReady(_) => Action::requeue(shared.resync),
+        Failure::NotReady(_, after) => next(shared.resync, *after),
         Failure::Reconcile(err) => {
-            let delay = shared.ctx.failed(&sample);
+            let delay = shared.ctx.failed(&parent);
             tracing::warn!("{err}; retrying in {}s", delay.as_secs());
             Action::requeue(delay)
         }

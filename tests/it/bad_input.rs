@@ -122,7 +122,7 @@ fn usage_mistakes_are_found_before_any_kubeconfig_is_read() {
         (&["watch", "cm", "--timeout", "soon"], "error: invalid value 'soon' for '--timeout <DURATION>'"),
         (
             &["reconcile", "--gvr", "v1/configmaps", "--watch", "--once"],
-            "error: --once with --watch applies to Samples only",
+            "error: --once with --watch applies to Samples and hooks only",
         ),
         (
             &["reconcile", "--leader-elect", "--retry-period", "10s"],

@@ -7,6 +7,7 @@ mod support;
 mod bad_input;
 mod churn;
 mod faults;
+mod hooks;
 mod hung_requests;
 mod in_cluster;
 mod install_crd;

@@ -441,7 +441,7 @@ fn reconcile_usage_errors() {
     );
     let run = samplectl(&["reconcile", "--gvr", "v1/configmaps", "--watch", "--once"]);
     assert_eq!(run.code, 2, "{run:#?}");
-    assert!(run.stderr.contains("error: --once with --watch applies to Samples only"), "{run:#?}");
+    assert!(run.stderr.contains("error: --once with --watch applies to Samples and hooks only"), "{run:#?}");
     let run = samplectl(&["reconcile", "--health-addr", "not-an-address"]);
     assert_eq!(run.code, 2, "{run:#?}");
     // A port already taken is a failure to start, reported with the address.

@@ -1,0 +1,427 @@
+//! A parent's children, decided without a cluster: which child types a controller may manage, how a
+//! desired child is checked and marked as the parent's (its namespace, the managed-by label, a controller
+//! owner reference), whether an existing object already holds what is desired, whose an existing object
+//! is, and why one that is not the parent's is left alone. Whatever syncs (the built-in Sample sync or a
+//! hook), every child goes through here: one way children are applied, adopted, refused and deleted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::DynamicObject;
+use serde_json::{Map, Value, json};
+
+use crate::cluster::resolve::Resolved;
+
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "samplectl";
+
+/// The label selector for every child samplectl manages.
+pub fn managed_selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY}")
+}
+
+/// One child object: its type (an index into the controller's child types), namespace (empty when
+/// cluster-scoped) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChildKey {
+    pub kind: usize,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ChildKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.namespace.as_str() {
+            "" => write!(f, "{}", self.name),
+            ns => write!(f, "{ns}/{}", self.name),
+        }
+    }
+}
+
+/// The children a parent has, as a driver or a write last saw them.
+pub type Observed = BTreeMap<ChildKey, DynamicObject>;
+
+/// The parent a controller reconciles and the child types it may manage.
+#[derive(Debug, Clone)]
+pub struct Family {
+    pub parent: Resolved,
+    pub children: Vec<Resolved>,
+}
+
+/// The parent's uid, if `meta`'s object has a controller owner reference of the parent's type.
+pub fn controller_of<'a>(meta: &'a ObjectMeta, parent: &Resolved) -> Option<(&'a str, &'a str)> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true) && r.kind == parent.ar.kind && r.api_version == parent.ar.api_version)
+        .map(|r| (r.name.as_str(), r.uid.as_str()))
+}
+
+/// Whether the object `meta` describes is controlled by the parent with this uid.
+pub fn controlled_by(meta: &ObjectMeta, parent_uid: &str) -> bool {
+    meta.owner_references.iter().flatten().any(|r| r.controller == Some(true) && r.uid == parent_uid)
+}
+
+impl Family {
+    /// The key of an object of child type `kind`.
+    pub fn key(&self, kind: usize, meta: &ObjectMeta) -> ChildKey {
+        ChildKey {
+            kind,
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// `ConfigMap.v1`, `Deployment.apps/v1`: how metacontroller's protocol names a child type.
+    pub fn type_key(&self, kind: usize) -> String {
+        let ar = &self.children[kind].ar;
+        format!("{}.{}", ar.kind, ar.api_version)
+    }
+
+    /// Why this parent and these child types cannot work together, if they cannot: a namespaced parent
+    /// cannot own a cluster-scoped child (the garbage collector would treat the owner as missing and
+    /// delete the child).
+    pub fn mismatch(&self) -> Option<String> {
+        let cluster_child = self.children.iter().find(|c| !c.namespaced)?;
+        self.parent.namespaced.then(|| {
+            format!(
+                "{} is namespaced and {} is not: a cluster-scoped object cannot be owned by a namespaced one",
+                self.parent.qualified_plural(),
+                cluster_child.qualified_plural()
+            )
+        })
+    }
+
+    /// Checks one desired child from a sync answer and marks it as the parent's: the child type must be
+    /// one the controller manages, a namespaced parent's children live in its namespace (given or not),
+    /// a cluster-scoped parent's namespaced children must say where. The managed-by label and a
+    /// controller owner reference are added; fields only the server sets (uid, resourceVersion, status,
+    /// ...) are dropped, so a hook may answer with the children it was sent.
+    pub fn own(&self, parent: &DynamicObject, desired: &Value) -> Result<(ChildKey, Value), String> {
+        let Some(object) = desired.as_object() else {
+            return Err(format!("a child must be an object, not {}", json_type(desired)));
+        };
+        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+        let kind_name = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let name = desired["metadata"]["name"].as_str().unwrap_or_default();
+        if api_version.is_empty() || kind_name.is_empty() || name.is_empty() {
+            return Err("a child needs apiVersion, kind and metadata.name".into());
+        }
+        let what = format!("{kind_name} {name}");
+        let Some(kind) = self.children.iter().position(|c| c.ar.api_version == api_version && c.ar.kind == kind_name)
+        else {
+            let named = self.children.iter().map(|c| format!("{}.{}", c.ar.kind, c.ar.api_version)).collect::<Vec<_>>();
+            return Err(format!(
+                "child {what} is a {kind_name}.{api_version}, which is not a --child type (they are: {})",
+                named.join(", ")
+            ));
+        };
+        let parent_ns = parent.metadata.namespace.clone().unwrap_or_default();
+        let given = desired["metadata"]["namespace"].as_str().filter(|ns| !ns.is_empty());
+        let namespace = match (self.children[kind].namespaced, self.parent.namespaced, given) {
+            (false, _, None) => String::new(),
+            (false, _, Some(ns)) => return Err(format!("child {what} is cluster-scoped but names namespace {ns}")),
+            (true, true, None) => parent_ns,
+            (true, true, Some(ns)) if ns == parent_ns => parent_ns,
+            (true, true, Some(ns)) => {
+                return Err(format!(
+                    "child {what} is in namespace {ns}, not in its parent's namespace {parent_ns}; a parent owns \
+                     children only in its own namespace"
+                ));
+            }
+            (true, false, Some(ns)) => ns.to_owned(),
+            (true, false, None) => {
+                return Err(format!("child {what} needs metadata.namespace: its parent is cluster-scoped"));
+            }
+        };
+
+        let mut body = desired.clone();
+        body.as_object_mut().expect("checked above").remove("status");
+        let metadata =
+            body["metadata"].as_object_mut().ok_or_else(|| format!("child {what}: metadata is not an object"))?;
+        for server_set in [
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+            "selfLink",
+        ] {
+            metadata.remove(server_set);
+        }
+        if namespace.is_empty() {
+            metadata.remove("namespace");
+        } else {
+            metadata.insert("namespace".into(), namespace.clone().into());
+        }
+        let labels = metadata.entry("labels").or_insert_with(|| Value::Object(Map::new()));
+        if labels.is_null() {
+            *labels = Value::Object(Map::new());
+        }
+        let Some(labels) = labels.as_object_mut() else {
+            return Err(format!("child {what}: metadata.labels is not an object"));
+        };
+        labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+        // Owner references a hook gives are kept, but only samplectl names the controller.
+        let mut owners: Vec<Value> = metadata
+            .get("ownerReferences")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|r| r["controller"] != true && r["uid"] != parent.metadata.uid.as_deref().unwrap_or_default())
+            .cloned()
+            .collect();
+        owners.push(json!({
+            "apiVersion": self.parent.ar.api_version,
+            "kind": self.parent.ar.kind,
+            "name": parent.metadata.name.as_deref().unwrap_or_default(),
+            "uid": parent.metadata.uid.as_deref().unwrap_or_default(),
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }));
+        metadata.insert("ownerReferences".into(), Value::Array(owners));
+        Ok((ChildKey { kind, namespace, name: name.to_owned() }, body))
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// What to do about one desired child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildAction {
+    /// Already as desired.
+    None,
+    Create,
+    Update,
+    /// An object of that name that this parent does not control: left alone.
+    Conflict,
+}
+
+pub fn action(existing: Option<&DynamicObject>, desired: &Value, parent_uid: &str) -> ChildAction {
+    match existing {
+        None => ChildAction::Create,
+        Some(existing) if !controlled_by(&existing.metadata, parent_uid) => ChildAction::Conflict,
+        Some(existing) => {
+            // Items of a list carry no apiVersion and kind; the type is the one asked for anyway.
+            let existing = serde_json::to_value(existing).unwrap_or(Value::Null);
+            let mut desired = desired.clone();
+            if let Some(fields) = desired.as_object_mut() {
+                fields.remove("apiVersion");
+                fields.remove("kind");
+            }
+            if holds(&existing, &desired) { ChildAction::None } else { ChildAction::Update }
+        }
+    }
+}
+
+/// Whether `existing` already holds every field `desired` sets, as server-side apply would leave it:
+/// maps may hold more (others' labels and keys are theirs), lists must match item by item, and the
+/// owner references need only include the desired ones.
+pub fn holds(existing: &Value, desired: &Value) -> bool {
+    fn within(existing: &Value, desired: &Value, path: &[&str]) -> bool {
+        match (existing, desired) {
+            (Value::Object(e), Value::Object(d)) => d.iter().all(|(k, dv)| {
+                let mut path = path.to_vec();
+                path.push(k);
+                match e.get(k) {
+                    Some(ev) => within(ev, dv, &path),
+                    None => dv.is_null(),
+                }
+            }),
+            (Value::Array(e), Value::Array(d)) if path == ["metadata", "ownerReferences"] => {
+                d.iter().all(|dv| e.iter().any(|ev| within(ev, dv, &[])))
+            }
+            (Value::Array(e), Value::Array(d)) => {
+                e.len() == d.len() && e.iter().zip(d).all(|(ev, dv)| within(ev, dv, &[]))
+            }
+            (Value::Number(e), Value::Number(d)) => e.as_f64() == d.as_f64(),
+            (e, d) => e == d,
+        }
+    }
+    within(existing, desired, &[])
+}
+
+/// Why an object of a desired child's name is not the parent's, in words that say what to do about it.
+pub fn conflict_message(
+    existing: &ObjectMeta,
+    key: &ChildKey,
+    kind: &str,
+    parent: &DynamicObject,
+    family: &Family,
+) -> String {
+    let controller = existing.owner_references.iter().flatten().find(|r| r.controller == Some(true));
+    let labelled =
+        existing.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(MANAGED_BY);
+    let parent_kind = &family.parent.ar.kind;
+    let parent_name = parent.metadata.name.as_deref().unwrap_or_default();
+    match controller {
+        Some(owner)
+            if owner.kind == *parent_kind
+                && owner.api_version == family.parent.ar.api_version
+                && owner.name == parent_name =>
+        {
+            format!(
+                "{kind} {key} belongs to an earlier {parent_kind} of this name (uid {}); it is replaced once garbage \
+                 collection has deleted it",
+                owner.uid
+            )
+        }
+        Some(owner) => {
+            format!("{kind} {key} exists and is controlled by {} {}; samplectl leaves it alone", owner.kind, owner.name)
+        }
+        None if labelled => format!(
+            "{kind} {key} was left behind without an owner (an orphaning delete?); samplectl does not adopt it: \
+             delete it to have it recreated"
+        ),
+        None => format!("{kind} {key} exists and is not controlled by this {parent_kind}; samplectl leaves it alone"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::discovery::ApiResource;
+
+    use super::*;
+
+    fn resolved(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> Resolved {
+        let api_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+        Resolved {
+            ar: ApiResource {
+                group: group.into(),
+                version: version.into(),
+                api_version,
+                kind: kind.into(),
+                plural: plural.into(),
+            },
+            namespaced,
+            verbs: Vec::new(),
+        }
+    }
+
+    fn family(parent_namespaced: bool) -> Family {
+        Family {
+            parent: resolved("example.com", "v1", "Widget", "widgets", parent_namespaced),
+            children: vec![
+                resolved("", "v1", "ConfigMap", "configmaps", true),
+                resolved("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false),
+            ],
+        }
+    }
+
+    fn parent(namespace: Option<&str>) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": namespace, "uid": "uid-w", "generation": 1},
+        }))
+        .unwrap()
+    }
+
+    fn object(value: Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_desired_child_is_placed_labelled_and_owned() {
+        let f = family(true);
+        let desired = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "uid": "stale", "resourceVersion": "9", "labels": {"app": "x"},
+                          "ownerReferences": [{"apiVersion": "v1", "kind": "Other", "name": "o", "uid": "o1", "controller": true}]},
+            "data": {"k": "v"}, "status": {"ignored": true},
+        });
+        let (key, body) = f.own(&parent(Some("ns")), &desired).unwrap();
+        assert_eq!(key, ChildKey { kind: 0, namespace: "ns".into(), name: "c".into() });
+        assert_eq!(body["metadata"]["namespace"], "ns");
+        assert_eq!(body["metadata"]["labels"], json!({"app": "x", MANAGED_BY_LABEL: MANAGED_BY}));
+        assert_eq!(
+            body["metadata"]["ownerReferences"].as_array().unwrap().len(),
+            1,
+            "only samplectl names the controller"
+        );
+        assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "uid-w");
+        assert!(body["metadata"].get("uid").is_none() && body["metadata"].get("resourceVersion").is_none());
+        assert!(body.get("status").is_none());
+        assert_eq!(f.type_key(0), "ConfigMap.v1");
+    }
+
+    #[test]
+    fn children_of_unnamed_types_or_other_namespaces_are_refused() {
+        let f = family(true);
+        let p = parent(Some("ns"));
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+        let err = f.own(&p, &secret).unwrap_err();
+        assert!(
+            err.contains("Secret.v1, which is not a --child type (they are: ConfigMap.v1, ClusterRole.rbac"),
+            "{err}"
+        );
+        let elsewhere =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "other"}});
+        assert!(f.own(&p, &elsewhere).unwrap_err().contains("not in its parent's namespace ns"));
+        let same = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}});
+        assert!(f.own(&p, &same).is_ok());
+        assert!(
+            f.own(&p, &json!({"kind": "ConfigMap"})).unwrap_err().contains("needs apiVersion, kind and metadata.name")
+        );
+        assert!(f.own(&p, &json!("text")).unwrap_err().contains("not a string"));
+        assert!(f.mismatch().unwrap().contains("cannot be owned by a namespaced one"));
+
+        let cluster = family(false);
+        assert_eq!(cluster.mismatch(), None);
+        let p = parent(None);
+        let unplaced = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        assert!(cluster.own(&p, &unplaced).unwrap_err().contains("needs metadata.namespace"));
+        let placed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a"}});
+        assert_eq!(cluster.own(&p, &placed).unwrap().0.namespace, "a");
+        let role =
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}});
+        assert_eq!(cluster.own(&p, &role).unwrap().0, ChildKey { kind: 1, namespace: String::new(), name: "r".into() });
+    }
+
+    #[test]
+    fn an_existing_child_is_left_updated_or_refused() {
+        let f = family(true);
+        let p = parent(Some("ns"));
+        let desired = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1"}},
+                             "data": {"k": "v"}, "spec": {"list": [{"x": 1}], "n": 1}});
+        let (_, body) = f.own(&p, &desired).unwrap();
+        assert_eq!(action(None, &body, "uid-w"), ChildAction::Create);
+
+        let mut stored = body.clone();
+        stored.as_object_mut().unwrap().remove("apiVersion");
+        stored["metadata"]["uid"] = "c1".into();
+        stored["metadata"]["labels"]["theirs"] = "y".into();
+        stored["data"]["extra"] = "someone else's".into();
+        stored["spec"]["list"][0]["defaulted"] = true.into();
+        stored["spec"]["n"] = json!(1.0);
+        stored["metadata"]["ownerReferences"].as_array_mut().unwrap().insert(0, json!({"uid": "x", "kind": "Y"}));
+        assert_eq!(action(Some(&object(stored.clone())), &body, "uid-w"), ChildAction::None);
+
+        let mut edited = stored.clone();
+        edited["data"]["k"] = "typed by hand".into();
+        assert_eq!(action(Some(&object(edited)), &body, "uid-w"), ChildAction::Update);
+        let mut longer = stored.clone();
+        longer["spec"]["list"].as_array_mut().unwrap().push(json!({"x": 2}));
+        assert_eq!(action(Some(&object(longer)), &body, "uid-w"), ChildAction::Update);
+
+        let mut foreign = stored;
+        foreign["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "example.com/v1", "kind": "Widget", "name": "w", "uid": "old", "controller": true}]);
+        let foreign = object(foreign);
+        assert_eq!(action(Some(&foreign), &body, "uid-w"), ChildAction::Conflict);
+        let key = ChildKey { kind: 0, namespace: "ns".into(), name: "c".into() };
+        let why = conflict_message(&foreign.metadata, &key, "ConfigMap", &p, &f);
+        assert!(why.contains("ConfigMap ns/c belongs to an earlier Widget of this name (uid old)"), "{why}");
+    }
+}

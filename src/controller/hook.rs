@@ -1,0 +1,241 @@
+//! Calling a sync hook: a local command (the request on its stdin, the answer on its stdout, its stderr
+//! passed to the log line by line with the parent's name) or an HTTP URL (the request POSTed, the answer
+//! in a 200 response, as metacontroller's webhooks). Each call has a deadline; a command that outlives it
+//! is killed with its whole process group, so a shell hook's pipeline cannot linger.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use super::sync::{Answer, parse_answer};
+
+/// An answer larger than this is refused: a hook that prints without end must not exhaust memory.
+const MAX_ANSWER: usize = 64 << 20;
+
+/// Where a hook lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A program and its arguments, split as a shell would split the words but run without one.
+    Command(Vec<String>),
+    Url(http::Uri),
+}
+
+impl Target {
+    /// `--hook`'s value: words split as a POSIX shell splits them (quotes, backslashes), never run through
+    /// a shell; write `sh -c '...'` to have one.
+    pub fn command(line: &str) -> Result<Self, String> {
+        match shlex::split(line) {
+            Some(words) if !words.is_empty() => Ok(Target::Command(words)),
+            Some(_) => Err("the hook command is empty".into()),
+            None => Err(format!("cannot split {line:?} into words (an unclosed quote?)")),
+        }
+    }
+
+    /// `--hook-url`'s value: an http or https URL.
+    pub fn url(url: &str) -> Result<Self, String> {
+        let uri: http::Uri = url.parse().map_err(|err| format!("{url:?} is not a URL: {err}"))?;
+        match (uri.scheme_str(), uri.authority()) {
+            (Some("http" | "https"), Some(_)) => Ok(Target::Url(uri)),
+            _ => Err(format!("{url:?} is not an http:// or https:// URL")),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Command(words) => {
+                write!(f, "{}", shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" ")))
+            }
+            Target::Url(uri) => write!(f, "{uri}"),
+        }
+    }
+}
+
+type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// A hook with its deadline, ready to be called.
+pub struct Hook {
+    pub target: Target,
+    pub timeout: Duration,
+    client: Option<Client<Https, Full<bytes::Bytes>>>,
+}
+
+impl Hook {
+    pub fn new(target: Target, timeout: Duration) -> anyhow::Result<Self> {
+        let client = match &target {
+            Target::Command(_) => None,
+            Target::Url(_) => {
+                let https = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_native_roots()?
+                    .https_or_http()
+                    .enable_http1()
+                    .build();
+                Some(Client::builder(TokioExecutor::new()).build(https))
+            }
+        };
+        Ok(Hook { target, timeout, client })
+    }
+
+    /// Calls the hook for the parent `object` (`namespace/name`, for the log) with `request`.
+    pub async fn call(&self, object: &str, request: &serde_json::Value) -> Result<Answer, String> {
+        let body = serde_json::to_vec(request).expect("a request is JSON");
+        let answer = match &self.target {
+            Target::Command(words) => self.run(words, object, body).await?,
+            Target::Url(uri) => self.post(uri, body).await?,
+        };
+        parse_answer(&answer)
+    }
+
+    async fn run(&self, words: &[String], object: &str, stdin: Vec<u8>) -> Result<Vec<u8>, String> {
+        let mut command = tokio::process::Command::new(&words[0]);
+        command
+            .args(&words[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so that on a timeout everything it started is killed with it, and a
+            // Ctrl-C meant for samplectl does not cut a hook short before samplectl decides to stop.
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|err| format!("cannot be started: {err}"))?;
+        let pid = child.id();
+        let (mut input, mut output, errors) = (
+            child.stdin.take().expect("stdin is piped"),
+            child.stdout.take().expect("stdout is piped"),
+            child.stderr.take().expect("stderr is piped"),
+        );
+        let object = object.to_owned();
+        let stderr = tokio::spawn(async move {
+            let mut lines = BufReader::new(errors).lines();
+            let mut last = String::new();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(object = object.as_str(), "{object}: hook: {line}");
+                last = line;
+            }
+            last
+        });
+        let work = async {
+            // A hook may answer without reading all of its input: a broken pipe here is not its failure.
+            let writing = async move {
+                let _ = input.write_all(&stdin).await;
+                drop(input);
+            };
+            let mut answer = Vec::new();
+            let reading =
+                async { (&mut output).take(MAX_ANSWER as u64 + 1).read_to_end(&mut answer).await.map(|_| ()) };
+            let ((), read) = tokio::join!(writing, reading);
+            read.map_err(|err| format!("cannot be read: {err}"))?;
+            let status = child.wait().await.map_err(|err| format!("cannot be waited for: {err}"))?;
+            Ok::<_, String>((status, answer))
+        };
+        let outcome = tokio::time::timeout(self.timeout, work).await;
+        if outcome.is_err()
+            && let Some(pid) = pid
+        {
+            // SAFETY: kill(2) with a negative pid signals the process group the hook leads; it touches no memory.
+            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+        }
+        let last_line = match tokio::time::timeout(Duration::from_secs(1), stderr).await {
+            Ok(Ok(line)) => line,
+            _ => String::new(),
+        };
+        let said = if last_line.is_empty() { String::new() } else { format!(": {last_line}") };
+        let (status, answer) = match outcome {
+            Ok(result) => result?,
+            Err(_) => return Err(format!("did not answer within {}", crate::duration::format(self.timeout))),
+        };
+        if answer.len() > MAX_ANSWER {
+            return Err(format!("answered more than {} MiB", MAX_ANSWER >> 20));
+        }
+        if !status.success() {
+            return Err(match status.code() {
+                Some(code) => format!("exited with status {code}{said}"),
+                None => format!("was killed ({status}){said}"),
+            });
+        }
+        Ok(answer)
+    }
+
+    async fn post(&self, uri: &http::Uri, body: Vec<u8>) -> Result<Vec<u8>, String> {
+        let client = self.client.as_ref().expect("a URL hook has a client");
+        let request = http::Request::post(uri.clone())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(bytes::Bytes::from(body)))
+            .map_err(|err| err.to_string())?;
+        let exchange = async {
+            let response = client.request(request).await.map_err(|err| {
+                let mut message = err.to_string();
+                let mut source = std::error::Error::source(&err);
+                while let Some(cause) = source {
+                    message = format!("{message}: {cause}");
+                    source = cause.source();
+                }
+                format!("cannot be reached: {message}")
+            })?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_ANSWER)
+                .collect()
+                .await
+                .map_err(|err| format!("answer cannot be read: {err}"))?
+                .to_bytes();
+            if status != http::StatusCode::OK {
+                let text = String::from_utf8_lossy(&body[..body.len().min(200)]).trim().to_owned();
+                return Err(format!("answered HTTP {status}: {text}"));
+            }
+            Ok(body.to_vec())
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("did not answer within {}", crate::duration::format(self.timeout))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn commands_are_split_like_a_shell_but_not_run_by_one() {
+        assert_eq!(
+            Target::command(r#"python3 "my hook.py" --flag='a b'"#).unwrap(),
+            Target::Command(vec!["python3".into(), "my hook.py".into(), "--flag=a b".into()])
+        );
+        assert!(Target::command("  ").unwrap_err().contains("empty"));
+        assert!(Target::command("sh -c 'unclosed").unwrap_err().contains("unclosed quote"));
+        assert!(Target::url("ftp://x/").unwrap_err().contains("not an http"));
+        assert!(Target::url("http://127.0.0.1:8080/sync").is_ok());
+    }
+
+    fn hook(line: &str, timeout_ms: u64) -> Hook {
+        Hook::new(Target::command(line).unwrap(), Duration::from_millis(timeout_ms)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_command_hook_answers_fails_or_times_out() {
+        let request = json!({"parent": {"metadata": {"name": "p"}}});
+        let echo = hook(r#"sh -c 'cat >/dev/null; echo "{\"status\": {\"n\": 1}}"'"#, 5000);
+        assert_eq!(echo.call("ns/p", &request).await.unwrap().status, Some(json!({"n": 1})));
+
+        let failing = hook("sh -c 'echo broken >&2; exit 3'", 5000);
+        assert_eq!(failing.call("ns/p", &request).await.unwrap_err(), "exited with status 3: broken");
+
+        let slow = hook("sh -c 'sleep 30 | cat'", 300);
+        let started = std::time::Instant::now();
+        assert_eq!(slow.call("ns/p", &request).await.unwrap_err(), "did not answer within 300ms");
+        assert!(started.elapsed() < Duration::from_secs(5), "the pipeline was killed");
+
+        let garbage = hook("echo not-json", 5000);
+        assert!(garbage.call("ns/p", &request).await.unwrap_err().starts_with("answered invalid JSON"));
+        let missing = hook("/nonexistent/hook", 5000);
+        assert!(missing.call("ns/p", &request).await.unwrap_err().starts_with("cannot be started"));
+    }
+}

@@ -1,0 +1,200 @@
+//! The sync contract every controller speaks: metacontroller's CompositeController sync hook. A request
+//! holds the parent, the children it controls (keyed `<Kind>.<apiVersion>`, then by name) and whether it
+//! is being finalized; an answer holds the desired status and children, an optional one-time resync, and
+//! for finalizing whether cleaning up is done. The built-in Sample sync answers in the same terms, so the
+//! engine has one path for both. Pure: building requests and reading answers.
+
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use serde_json::{Map, Value, json};
+
+use super::children::{Family, Observed};
+
+/// What a sync answered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answer {
+    /// The status to write, replacing the parent's (`observedGeneration` is added). `None`: the answer
+    /// had none, which metacontroller also takes as an empty status.
+    pub status: Option<Value>,
+    /// Every child the parent should have; those it controls and are not here are deleted.
+    pub children: Vec<Value>,
+    /// Look at this parent again after this long, once.
+    pub resync_after: Option<Duration>,
+    /// While finalizing: cleaning up is done, the finalizer may go.
+    pub finalized: bool,
+}
+
+/// The `controller` field of a request: the CompositeController samplectl's flags amount to, so a hook
+/// written for metacontroller that reads it finds what it expects.
+pub fn controller_object(family: &Family, name: &str) -> Value {
+    let rule = |r: &crate::cluster::resolve::Resolved| json!({"apiVersion": r.ar.api_version, "resource": r.ar.plural});
+    json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1",
+        "kind": "CompositeController",
+        "metadata": {"name": name},
+        "spec": {
+            "parentResource": rule(&family.parent),
+            "childResources": family.children.iter().map(rule).collect::<Vec<_>>(),
+        },
+    })
+}
+
+/// The request for one parent. Every child type is present, empty or not; a child is keyed by its name,
+/// or by `namespace/name` when a cluster-scoped parent has namespaced children (as metacontroller does).
+pub fn request(
+    controller: &Value,
+    family: &Family,
+    parent: &DynamicObject,
+    children: &Observed,
+    finalizing: bool,
+) -> Value {
+    let mut by_type: Map<String, Value> =
+        (0..family.children.len()).map(|kind| (family.type_key(kind), Value::Object(Map::new()))).collect();
+    for (key, child) in children {
+        let name = match (family.parent.namespaced, key.namespace.as_str()) {
+            (false, ns) if !ns.is_empty() => format!("{ns}/{}", key.name),
+            _ => key.name.clone(),
+        };
+        let mut object = serde_json::to_value(child).unwrap_or(Value::Null);
+        if let Some(metadata) = object["metadata"].as_object_mut() {
+            metadata.remove("managedFields");
+        }
+        by_type[&family.type_key(key.kind)][name] = object;
+    }
+    let mut parent = serde_json::to_value(parent).unwrap_or(Value::Null);
+    if let Some(metadata) = parent["metadata"].as_object_mut() {
+        metadata.remove("managedFields");
+    }
+    json!({
+        "controller": controller,
+        "parent": parent,
+        "children": by_type,
+        "related": {},
+        "finalizing": finalizing,
+    })
+}
+
+/// Reads a hook's answer. Anything but an object with the fields in their types is refused whole, so a
+/// half-understood answer never changes anything.
+pub fn parse_answer(body: &[u8]) -> Result<Answer, String> {
+    let value: Value = serde_json::from_slice(body).map_err(|err| {
+        let start = String::from_utf8_lossy(&body[..body.len().min(80)]).into_owned();
+        if body.iter().all(u8::is_ascii_whitespace) {
+            "answered nothing (an empty body)".to_owned()
+        } else {
+            format!("answered invalid JSON ({err}): {start:?}")
+        }
+    })?;
+    let Value::Object(mut answer) = value else {
+        return Err("answered JSON that is not an object".into());
+    };
+    let status = match answer.remove("status") {
+        None | Some(Value::Null) => None,
+        Some(status @ Value::Object(_)) => Some(status),
+        Some(_) => return Err("answered a status that is not an object".into()),
+    };
+    let children = match answer.remove("children") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(children)) => children,
+        Some(_) => return Err("answered children that are not a list".into()),
+    };
+    let resync_after = match answer.remove("resyncAfterSeconds") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(s) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s.min(86_400.0 * 365.0))),
+            Some(0.0) => None,
+            _ => return Err(format!("answered resyncAfterSeconds {n}, which is not a positive number")),
+        },
+        Some(_) => return Err("answered a resyncAfterSeconds that is not a number".into()),
+    };
+    let finalized = match answer.remove("finalized") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => return Err("answered a finalized that is not true or false".into()),
+    };
+    Ok(Answer { status, children, resync_after, finalized })
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::discovery::ApiResource;
+
+    use super::*;
+    use crate::cluster::resolve::Resolved;
+    use crate::controller::children::ChildKey;
+
+    fn resolved(api_version: &str, kind: &str, plural: &str, namespaced: bool) -> Resolved {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        Resolved {
+            ar: ApiResource {
+                group: group.into(),
+                version: version.into(),
+                api_version: api_version.into(),
+                kind: kind.into(),
+                plural: plural.into(),
+            },
+            namespaced,
+            verbs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_request_keys_children_as_metacontroller_does() {
+        let family = Family {
+            parent: resolved("example.com/v1", "Widget", "widgets", false),
+            children: vec![
+                resolved("v1", "ConfigMap", "configmaps", true),
+                resolved("apps/v1", "Deployment", "deployments", true),
+            ],
+        };
+        let parent: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "managedFields": [{"manager": "x"}]}, "spec": {"n": 1},
+        }))
+        .unwrap();
+        let child: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a"}, "data": {"k": "v"},
+        }))
+        .unwrap();
+        let children = Observed::from([(ChildKey { kind: 0, namespace: "a".into(), name: "c".into() }, child)]);
+        let controller = controller_object(&family, "samplectl");
+        let request = request(&controller, &family, &parent, &children, true);
+        assert_eq!(request["children"]["ConfigMap.v1"]["a/c"]["data"]["k"], "v");
+        assert_eq!(request["children"]["Deployment.apps/v1"], json!({}));
+        assert_eq!(request["parent"]["spec"]["n"], 1);
+        assert!(request["parent"]["metadata"].get("managedFields").is_none());
+        assert_eq!(request["finalizing"], true);
+        assert_eq!(
+            request["controller"]["spec"]["childResources"][1],
+            json!({"apiVersion": "apps/v1", "resource": "deployments"})
+        );
+    }
+
+    #[test]
+    fn answers_are_read_whole_or_refused() {
+        let answer =
+            parse_answer(br#"{"status": {"n": 1}, "children": [{"kind": "X"}], "resyncAfterSeconds": 1.5}"#).unwrap();
+        assert_eq!(answer.status, Some(json!({"n": 1})));
+        assert_eq!(answer.children.len(), 1);
+        assert_eq!(answer.resync_after, Some(Duration::from_millis(1500)));
+        assert!(!answer.finalized);
+        assert_eq!(parse_answer(b"{}").unwrap(), Answer::default());
+        assert!(parse_answer(br#"{"finalized": true, "status": null}"#).unwrap().finalized);
+
+        for (body, error) in [
+            (&b""[..], "answered nothing"),
+            (b"  \n", "answered nothing"),
+            (b"{\"children\": [", "answered invalid JSON"),
+            (b"[]", "not an object"),
+            (br#"{"status": "ok"}"#, "a status that is not an object"),
+            (br#"{"children": {}}"#, "children that are not a list"),
+            (br#"{"resyncAfterSeconds": -1}"#, "not a positive number"),
+            (br#"{"resyncAfterSeconds": "5"}"#, "not a number"),
+            (br#"{"finalized": "yes"}"#, "not true or false"),
+        ] {
+            let err = parse_answer(body).unwrap_err();
+            assert!(err.contains(error), "{body:?}: {err}");
+        }
+    }
+}
