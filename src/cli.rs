@@ -94,17 +94,19 @@ pub enum Command {
                             samplectl watch --gvr v1/configmaps -o json --max-events 10")]
     Watch(WatchArgs),
     /// Run the controller: give each Sample a ConfigMap and a status, polling (default) or watch-driven;
-    /// for any other --gvr, only report what changes
+    /// reconcile any other --gvr with a sync hook (--hook), or only report what changes
     #[command(after_help = "Examples:\n  samplectl reconcile                  # poll every second, all namespaces\n  \
                             samplectl reconcile --watch -n demo\n  samplectl reconcile --once          \
                             # one pass; exit 1 unless every Sample is Ready\n  \
-                            samplectl reconcile --gvr v1/configmaps -n demo   # observe only")]
+                            samplectl reconcile --gvr v1/configmaps -n demo   # observe only\n  \
+                            samplectl reconcile --gvr hooks.example.com/v1/notes --child v1/configmaps \\\n      \
+                            --hook examples/hooks/shell/sync.sh --watch   # any resource, logic in a hook")]
     Reconcile(Box<ReconcileArgs>),
 }
 
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
-    /// The resource to reconcile; anything but samples.example.com is only observed
+    /// The resource to reconcile; anything but samples.example.com is only observed unless given a hook
     #[arg(long, value_name = "GVR", default_value = "example.com/v1alpha1/samples", value_parser = Gvr::parse)]
     pub gvr: Gvr,
 

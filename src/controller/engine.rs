@@ -62,11 +62,13 @@ pub enum Outcome {
     Finalizing,
 }
 
-/// An outcome, and when the sync asked to be called again.
+/// An outcome, when the sync asked to be called again, and whether anything was written: a reconcile
+/// that wrote nothing says its inputs already were what the parent wants.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Done {
     pub outcome: Outcome,
     pub resync_after: Option<Duration>,
+    pub wrote: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,9 +108,6 @@ pub struct Context {
     /// status was computed from again before its cache sees the write, and a schema may prune what was
     /// written; either way the same status is not written twice.
     written: Mutex<HashMap<String, Written>>,
-    /// The children samplectl last wrote for each parent (by uid), until the driver's copy has seen a
-    /// change to them: a parent reconciled again in between then needs no request to know they are there.
-    children_written: Mutex<HashMap<String, Observed>>,
     /// For each parent (by uid) last found blocked by someone else's object: its namespace and name, and
     /// the objects in the way. The next look reads those first, one GET each, instead of a create bound to
     /// fail; and the watch driver brings the parent back when one of them changes.
@@ -203,7 +202,6 @@ impl Context {
             backoff: Backoff::default(),
             events: EventQueue::new(recorder),
             written: Mutex::new(HashMap::new()),
-            children_written: Mutex::new(HashMap::new()),
             conflicted: Mutex::new(HashMap::new()),
         }
     }
@@ -213,29 +211,11 @@ impl Context {
         self.backoff.failed(&uid(parent))
     }
 
-    /// The driver's copy of the children has seen a change to a child of the parent with this uid (or has
-    /// been relisted, for `None`): from now on that copy is at least as new as what samplectl wrote.
-    pub fn child_seen(&self, parent_uid: Option<&str>) {
-        let mut written = self.children_written.lock().unwrap_or_else(|e| e.into_inner());
-        match parent_uid {
-            Some(uid) => {
-                written.remove(uid);
-            }
-            None => written.clear(),
-        }
-    }
-
     /// The parent with this uid is gone: forget what was written for it.
     pub fn parent_gone(&self, parent_uid: &str) {
-        self.child_seen(Some(parent_uid));
         self.written.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
         self.backoff.clear(parent_uid);
         self.conflicted.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
-    }
-
-    /// Forgets which children samplectl wrote, for a driver that has just listed them afresh.
-    pub fn relisted(&self) {
-        self.child_seen(None);
     }
 
     /// The parents (namespace, name) last found blocked by the object `key`.
@@ -349,12 +329,7 @@ impl Context {
                 }
             };
             match result {
-                Ok((mut written, outcome)) => {
-                    written.metadata.managed_fields = None;
-                    let mut children = self.children_written.lock().unwrap_or_else(|e| e.into_inner());
-                    children.entry(parent_uid).or_default().insert(key.clone(), written);
-                    return Ok(outcome);
-                }
+                Ok((_, outcome)) => return Ok(outcome),
                 // A create's 409: the name was taken. An update's 409: the object is not the version read,
                 // or is gone (uid mismatch); its 422: replaced by one with another uid (immutable). Either
                 // way, look again, unless out of tries.
@@ -366,7 +341,6 @@ impl Context {
                     if planned == ChildAction::Create {
                         self.note_conflict(parent, key);
                     }
-                    self.child_seen(Some(&parent_uid));
                     seen = bounded(api.get_opt(&key.name)).await.map_err(|f| (format!("reading its {kind}"), f))?;
                 }
                 Err(failed) => return Err((format!("writing its {kind}"), failed)),
@@ -440,32 +414,35 @@ impl Context {
         };
 
         let mut parent = std::borrow::Cow::Borrowed(parent);
+        let mut wrote = false;
         let ours = has_finalizer(&parent, FINALIZER);
         let finalizing = match (self.finalize, parent.metadata.deletion_timestamp.is_some()) {
             (true, true) if ours => true,
-            (true, true) => return Ok(Done { outcome: Outcome::Deleting, resync_after: None }),
+            (true, true) => return Ok(Done { outcome: Outcome::Deleting, resync_after: None, wrote }),
             (true, false) if !ours => {
                 let added = self.add_finalizer(&parent).await.map_err(|f| fail("adding its finalizer", f))?;
                 parent = std::borrow::Cow::Owned(added);
+                wrote = true;
                 false
             }
             // Left by an earlier run with --finalize: without it, nothing would ever take it off again.
             (false, deleting) if ours => {
                 self.remove_finalizer(&parent).await.map_err(|f| fail("removing its finalizer", f))?;
+                wrote = true;
                 if deleting {
-                    return Ok(Done { outcome: Outcome::Deleting, resync_after: None });
+                    return Ok(Done { outcome: Outcome::Deleting, resync_after: None, wrote });
                 }
                 false
             }
-            (false, true) => return Ok(Done { outcome: Outcome::Deleting, resync_after: None }),
+            (false, true) => return Ok(Done { outcome: Outcome::Deleting, resync_after: None, wrote }),
             _ => false,
         };
 
+        // Only what the driver's copy shows. Nothing samplectl wrote is remembered on top of it: such a
+        // memory goes stale when the driver sees the write and a later change (a child taken over) before
+        // the write's answer is back, and then hides that change. A copy that is behind costs at most a
+        // refused create or update and one GET.
         let mut children = observed;
-        let remembered = self.children_written.lock().unwrap_or_else(|e| e.into_inner()).get(&parent_uid).cloned();
-        for (key, written) in remembered.into_iter().flatten() {
-            children.entry(key).or_insert(written);
-        }
         children.retain(|_, child| controlled_by(&child.metadata, &parent_uid));
 
         let answer = match self.call_sync(&parent, &children, finalizing).await {
@@ -504,6 +481,7 @@ impl Context {
                 Ok(ChildOutcome::Unchanged) => {}
                 Ok(outcome @ (ChildOutcome::Created | ChildOutcome::Updated)) => {
                     let word = if matches!(outcome, ChildOutcome::Created) { "created" } else { "updated" };
+                    wrote = true;
                     self.changed(&parent, &kind, key, word);
                 }
                 Ok(ChildOutcome::Conflict(why)) => {
@@ -530,11 +508,7 @@ impl Context {
             let kind = self.family.children[key.kind].ar.kind.clone();
             match self.delete_child(&parent_uid, key, child).await {
                 Ok(true) => {
-                    if let Some(written) =
-                        self.children_written.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&parent_uid)
-                    {
-                        written.remove(key);
-                    }
+                    wrote = true;
                     self.changed(&parent, &kind, key, "deleted");
                 }
                 Ok(false) => {}
@@ -556,10 +530,11 @@ impl Context {
             }
         }
 
-        let status = self
+        let (status, status_written) = self
             .write_status(&parent, answer.status.clone(), problem.as_ref())
             .await
             .map_err(|f| fail("writing its status", f))?;
+        wrote |= status_written;
         if let Some(failure) = failure {
             return Err(failure);
         }
@@ -568,17 +543,19 @@ impl Context {
         if finalizing {
             if answer.finalized {
                 self.remove_finalizer(&parent).await.map_err(|f| fail("removing its finalizer", f))?;
+                wrote = true;
                 tracing::info!(
                     namespace = parent.metadata.namespace.as_deref(),
                     name = parent.metadata.name.as_deref(),
                     outcome = "finalized",
                     "{object}: finalized"
                 );
-                return Ok(Done { outcome: Outcome::Deleting, resync_after: None });
+                return Ok(Done { outcome: Outcome::Deleting, resync_after: None, wrote });
             }
             return Ok(Done {
                 outcome: Outcome::Finalizing,
                 resync_after: Some(answer.resync_after.unwrap_or(FINALIZE_RECHECK)),
+                wrote,
             });
         }
         let outcome = match summary(&status) {
@@ -586,7 +563,7 @@ impl Context {
             Some(readiness) if !readiness.ready => Outcome::NotReady(readiness.reason),
             _ => Outcome::Ready,
         };
-        Ok(Done { outcome, resync_after: answer.resync_after })
+        Ok(Done { outcome, resync_after: answer.resync_after, wrote })
     }
 
     fn sync_name(&self) -> String {
@@ -617,13 +594,13 @@ impl Context {
 
     /// Writes the parent's status when it differs from what the parent holds: the sync's status with
     /// `observedGeneration`, and a problem with the children (a conflict, a failed write) in `Ready`.
-    /// Returns the status the parent has now.
+    /// Returns the status the parent has now, and whether it was written.
     async fn write_status(
         &self,
         parent: &DynamicObject,
         answered: Option<Value>,
         problem: Option<&Readiness>,
-    ) -> Result<Value, Failed> {
+    ) -> Result<(Value, bool), Failed> {
         let object = key(parent);
         let parent_uid = uid(parent);
         let generation = parent.metadata.generation.unwrap_or_default();
@@ -651,7 +628,7 @@ impl Context {
             }
         };
         if unchanged {
-            return Ok(current);
+            return Ok((current, false));
         }
         let body = json!({
             "apiVersion": self.family.parent.ar.api_version,
@@ -685,7 +662,7 @@ impl Context {
             }
             None => tracing::info!(namespace = ns, name, outcome = "status", "{object}: status written"),
         }
-        Ok(status)
+        Ok((status, true))
     }
 
     /// Adds the finalizer, as a merge patch conditioned on the resourceVersion read, so that a concurrent

@@ -96,8 +96,6 @@ impl Poll {
     /// Lists, and starts a reconcile for each parent whose inputs changed (or whose resync is due) and
     /// that is neither running nor waiting. Returns how many parents there are.
     async fn tick(&self, state: &mut State, once: bool) -> anyhow::Result<usize> {
-        // A list made after a write has seen it: what was remembered about earlier writes is moot.
-        self.ctx.relisted();
         let parents = list_all(&self.parents_api(), ListParams::default()).await?;
         let family = &self.ctx.family;
         let mut children: HashMap<String, Observed> = HashMap::new();
@@ -148,23 +146,29 @@ impl Poll {
     fn finished(&self, state: &mut State, (parent, print, result): Finished, once: bool) {
         let uid = uid(&parent);
         state.running.remove(&uid);
-        let synced = |state: &mut State, resync_after: Option<Duration>| {
-            let due = Instant::now() + resync_after.map_or(self.resync, |after| after.min(self.resync));
-            state.synced.insert(uid.clone(), (print, due));
+        // Only a reconcile that wrote nothing says that these inputs are what the parent wants: after a
+        // write, the same inputs can come back (a child created, then deleted by someone else) and must
+        // be looked at again.
+        let synced = |state: &mut State, resync_after: Option<Duration>, wrote: bool| {
+            if wrote {
+                state.synced.remove(&uid);
+            } else {
+                let due = Instant::now() + resync_after.map_or(self.resync, |after| after.min(self.resync));
+                state.synced.insert(uid.clone(), (print, due));
+            }
         };
         let not_ready = match result {
-            Ok(Done { outcome: Outcome::Ready | Outcome::Deleting, resync_after }) => {
+            Ok(Done { outcome: Outcome::Ready | Outcome::Deleting, resync_after, wrote }) => {
                 self.ctx.backoff.clear(&uid);
-                synced(state, resync_after);
+                synced(state, resync_after, wrote);
                 None
             }
-            Ok(Done { outcome: Outcome::NotReady(reason), resync_after }) => {
+            Ok(Done { outcome: Outcome::NotReady(reason), resync_after, wrote }) => {
                 self.ctx.backoff.clear(&uid);
-                synced(state, resync_after);
+                synced(state, resync_after, wrote);
                 Some(reason)
             }
-            // Asked again soon whatever its inputs: the hook has not said it is done cleaning up.
-            Ok(Done { outcome: Outcome::Finalizing, resync_after }) => {
+            Ok(Done { outcome: Outcome::Finalizing, resync_after, .. }) => {
                 self.ctx.backoff.clear(&uid);
                 let due = Instant::now() + resync_after.unwrap_or(super::engine::FINALIZE_RECHECK);
                 state.synced.insert(uid.clone(), (0, due));

@@ -240,12 +240,10 @@ impl Watch {
                         let owner = owner(&object.metadata, &fam);
                         let mut owners = owners_c.lock().unwrap_or_else(|e| e.into_inner());
                         let before = owners.set(&key, owner.clone().filter(|_| !deleted));
+                        tracing::debug!(child = %key, deleted, owner = ?owner.as_ref().map(|o| &o.1.name), before = ?before.as_ref().map(|b| &b.name), "child event");
                         let mut triggers: Vec<ParentRef> = before.into_iter().collect();
                         match owner {
-                            Some((uid, parent)) => {
-                                ctx.child_seen(Some(&uid));
-                                triggers.push(parent);
-                            }
+                            Some((_, parent)) => triggers.push(parent),
                             None => triggers.extend(
                                 ctx.blocked_by(&key).iter().map(|(ns, name)| parent_ref(ns, name, &fam.parent.ar)),
                             ),
@@ -261,7 +259,6 @@ impl Watch {
                                 owners.set(&fam.key(kind, &object.metadata), Some(owner));
                             }
                         }
-                        ctx.child_seen(None);
                         listed_c.send_modify(|listed| listed[kind] = true);
                         every_parent(&parents_c, &fam.parent.ar)
                     }
@@ -449,7 +446,8 @@ fn next(resync: Duration, after: Option<Duration>) -> Action {
 
 async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Failure> {
     let children = shared.children_of(&uid(&parent));
-    let Done { outcome, resync_after } = shared.ctx.reconcile(&parent, children).await?;
+    tracing::debug!(parent = ?parent.metadata.name, children = ?children.keys().map(|k| k.name.as_str()).collect::<Vec<_>>(), "reconciling");
+    let Done { outcome, resync_after, .. } = shared.ctx.reconcile(&parent, children).await?;
     match outcome {
         Outcome::NotReady(reason) | Outcome::Conflict(reason) => Err(Failure::NotReady(reason, resync_after)),
         Outcome::Finalizing => Ok(Action::requeue(resync_after.unwrap_or(super::engine::FINALIZE_RECHECK))),

@@ -510,3 +510,63 @@ fn hooks_run_with_leader_election_metrics_and_json_logs() {
         (json!(ns.0), json!("n"), json!(format!("{}/note-n", ns.0)))
     );
 }
+
+/// Takes nothing: the hook stops wanting a child at the moment someone takes that child over (removes
+/// its owner reference). However the two interleave, a child that was taken over is never deleted: the
+/// delete is preconditioned on the version samplectl read, and a child no longer the parent's is left.
+/// SAMPLECTL_HOOK_RACES sets the number of rounds (default 40).
+#[test]
+fn a_child_taken_over_as_it_is_dropped_is_never_deleted() {
+    let _cluster = crate::support::shared();
+    example_crds();
+    let ns = Namespace::new("hook-takeover");
+    let rounds: usize = std::env::var("SAMPLECTL_HOOK_RACES").ok().and_then(|n| n.parse().ok()).unwrap_or(40);
+    apply(&ns.0, &greeting("race", "x", 2));
+    let controller = Driver::Watch.start(&ns.0, GREETINGS, PYTHON, &[]);
+    let (mut taken, mut deleted_first) = (0, 0);
+    for round in 0..rounds {
+        eventually(SOON, "two controlled ConfigMaps", || {
+            let owned = ["race-0", "race-1"]
+                .iter()
+                .filter(|name| {
+                    get(&ns.0, "configmap", name).is_some_and(|cm| cm["metadata"]["ownerReferences"].is_array())
+                })
+                .count();
+            if owned == 2 { Ok(()) } else { Err(format!("round {round}: {owned} owned\n{}", controller.stderr())) }
+        });
+        let ns_a = ns.0.clone();
+        let drop_it = std::thread::spawn(move || apply(&ns_a, &greeting("race", "x", 1)));
+        // Either may come first: the takeover waits 0, 100 or 200 ms.
+        std::thread::sleep(Duration::from_millis(100 * (round as u64 % 3)));
+        let take = kubectl(&[
+            "patch",
+            "configmap",
+            "race-1",
+            "-n",
+            &ns.0,
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op": "remove", "path": "/metadata/ownerReferences"}]"#,
+        ]);
+        drop_it.join().unwrap();
+        // Settled: the hook's one ConfigMap is Ready (or the parent waits on nothing more).
+        eventually(SOON, "the Greeting settled", || {
+            let race = get(&ns.0, "greeting", "race").unwrap();
+            let observed = race["status"]["observedGeneration"] == race["metadata"]["generation"];
+            if observed && race["status"]["copies"] == 1 { Ok(()) } else { Err(race["status"].to_string()) }
+        });
+        let left = get(&ns.0, "configmap", "race-1");
+        if take.code == 0 {
+            taken += 1;
+            let left = left.unwrap_or_else(|| panic!("round {round}: a ConfigMap taken over was deleted"));
+            assert!(left["metadata"]["ownerReferences"].is_null(), "round {round}: it was taken back: {left}");
+            kubectl(&["delete", "configmap", "race-1", "-n", &ns.0]).success();
+        } else {
+            deleted_first += 1;
+            assert!(left.is_none(), "round {round}: dropped but not deleted");
+        }
+        apply(&ns.0, &greeting("race", "x", 2));
+    }
+    eprintln!("{rounds} rounds: taken over first {taken}, deleted first {deleted_first}");
+}
