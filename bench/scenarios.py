@@ -13,6 +13,7 @@ import queue
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -567,9 +568,11 @@ def sizing(bench, sizes, value_kib, log):
 
 
 # The Sample controller as a hook (examples/hooks/sample/sync.py): the same writes as the built-in sync, with
-# a Python process per reconcile.
+# a Python process per reconcile. The interpreter is named by its real path: `python3` on PATH may be a
+# version manager's shim (pyenv's is a shell script), which would be measured instead of the hook.
+PYTHON = os.path.realpath(sys.executable)
 SAMPLE_HOOK = ["--gvr", "example.com/v1alpha1/samples", "--child", "v1/configmaps",
-               "--hook", "python3 examples/hooks/sample/sync.py"]
+               "--hook", f"{PYTHON} -S examples/hooks/sample/sync.py"]
 HOOK_SETUPS = [("built-in", []), ("hook", SAMPLE_HOOK)]
 
 
@@ -582,7 +585,7 @@ def hook_call_ms(runs=20):
     took = []
     for _ in range(runs):
         t0 = time.monotonic()
-        subprocess.run(["python3", "examples/hooks/sample/sync.py"], input=request, check=True,
+        subprocess.run([PYTHON, "-S", "examples/hooks/sample/sync.py"], input=request, check=True,
                        stdout=subprocess.DEVNULL)
         took.append((time.monotonic() - t0) * 1000)
     return took
