@@ -536,8 +536,8 @@ fn a_child_taken_over_as_it_is_dropped_is_never_deleted() {
         });
         let ns_a = ns.0.clone();
         let drop_it = std::thread::spawn(move || apply(&ns_a, &greeting("race", "x", 1)));
-        // Either may come first: the takeover waits 0, 100 or 200 ms.
-        std::thread::sleep(Duration::from_millis(100 * (round as u64 % 3)));
+        // Either may come first: the takeover waits 0 to 600 ms, past the hook's reaction.
+        std::thread::sleep(Duration::from_millis(150 * (round as u64 % 5)));
         let take = kubectl(&[
             "patch",
             "configmap",
