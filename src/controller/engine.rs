@@ -636,9 +636,25 @@ impl Context {
             "metadata": { "name": parent.metadata.name, "namespace": parent.metadata.namespace },
             "status": status,
         });
-        let params = PatchParams::apply(FIELD_MANAGER).force();
         let name = parent.metadata.name.as_deref().unwrap_or_default();
-        let stored = bounded(self.parent_api(parent).patch_status(name, &params, &Patch::Apply(&body))).await?;
+        let api = self.parent_api(parent);
+        let stored = match &self.sync {
+            // The Sample CRD declares every field its status has: applied server-side, as always.
+            Syncer::Sample => {
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                bounded(api.patch_status(name, &params, &Patch::Apply(&body))).await?
+            }
+            // A hook's status replaces the parent's whole, as metacontroller writes it. Server-side apply
+            // would refuse a field the CRD's schema does not declare (`observedGeneration` in many); a
+            // JSON patch has it pruned, as any update would. "add" replaces a status that is there.
+            Syncer::Hook(_) => {
+                let patch: json_patch::Patch =
+                    serde_json::from_value(json!([{"op": "add", "path": "/status", "value": status}]))
+                        .expect("a well-formed JSON patch");
+                let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
+                bounded(api.patch_status(name, &params, &Patch::<()>::Json(patch))).await?
+            }
+        };
         let stored = stored.data.get("status").cloned().unwrap_or(Value::Null);
         let written = Written { from_version: version, desired: status.clone(), stored };
         self.written.lock().unwrap_or_else(|e| e.into_inner()).insert(parent_uid, written);

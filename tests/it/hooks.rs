@@ -570,3 +570,38 @@ fn a_child_taken_over_as_it_is_dropped_is_never_deleted() {
     }
     eprintln!("{rounds} rounds: taken over first {taken}, deleted first {deleted_first}");
 }
+
+/// A status field the parent's schema does not declare (here `observedGeneration`) is pruned by the API
+/// server, as on any update, rather than refused, and the pruned status is not written again and again.
+#[test]
+fn a_status_the_schema_prunes_is_written_once() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("hook-prune");
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "tersenotes.hooks.example.com"},
+        "spec": {"group": "hooks.example.com", "scope": "Namespaced",
+                 "names": {"kind": "TerseNote", "plural": "tersenotes", "singular": "tersenote"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                   "spec": {"type": "object", "properties": {"text": {"type": "string"}}},
+                                   "status": {"type": "object", "properties": {"length": {"type": "integer"}}}}}}}]},
+    });
+    apply(&ns.0, &crd);
+    kubectl(&["wait", "--for=condition=Established", "crd/tersenotes.hooks.example.com", "--timeout=30s"]).success();
+    let terse = json!({"apiVersion": "hooks.example.com/v1", "kind": "TerseNote", "metadata": {"name": "t"},
+                       "spec": {"text": "abcd"}});
+    apply(&ns.0, &terse);
+    let controller = Driver::Watch.start(&ns.0, "hooks.example.com/v1/tersenotes", SHELL, &[]);
+    eventually(SOON, "the pruned status", || {
+        let status = get(&ns.0, "tersenote", "t").unwrap()["status"].clone();
+        if status == json!({"length": 4}) { Ok(()) } else { Err(status.to_string()) }
+    });
+    // Long enough for a write loop to show: every status write comes back as a watch event.
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, stderr) = controller.stop("TERM", Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{stderr}");
+    let totals = stderr.lines().find(|l| l.contains("requests sent:")).unwrap();
+    assert!(totals.contains("patch tersenotes/status 1,"), "one status write: {totals}");
+    assert!(stderr.contains("Warning: unknown field \"status.observedGeneration\""), "{stderr}");
+}
