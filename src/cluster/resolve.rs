@@ -91,6 +91,8 @@ pub struct Resolved {
     pub ar: ApiResource,
     pub namespaced: bool,
     pub verbs: Vec<String>,
+    /// The subresources discovery lists for it (`status`, `scale`).
+    pub subresources: Vec<String>,
 }
 
 impl Resolved {
@@ -135,18 +137,6 @@ pub async fn resolve_gvr(client: &Client, gvr: &Gvr) -> Result<Resolved> {
     }
 }
 
-/// Whether the resource serves a subresource (`status`, `scale`), from its group version's discovery.
-pub async fn has_subresource(client: &Client, gvr: &Gvr, subresource: &str) -> Result<bool> {
-    let listed = if gvr.group.is_empty() {
-        client.list_core_api_resources(&gvr.version).await
-    } else {
-        client.list_api_group_resources(&gvr.group_version()).await
-    };
-    let list = listed.with_context(|| format!("cannot discover {}", gvr.group_version()))?;
-    let wanted = format!("{}/{subresource}", gvr.resource);
-    Ok(list.resources.iter().any(|r| r.name == wanted))
-}
-
 async fn find_in_group_version(client: &Client, gvr: &Gvr) -> Result<Option<Resolved>> {
     let listed = if gvr.group.is_empty() {
         client.list_core_api_resources(&gvr.version).await
@@ -158,6 +148,9 @@ async fn find_in_group_version(client: &Client, gvr: &Gvr) -> Result<Option<Reso
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
         Err(err) => return Err(err).context(format!("cannot discover {}", gvr.group_version())),
     };
+    let prefix = format!("{}/", gvr.resource);
+    let subresources: Vec<String> =
+        list.resources.iter().filter_map(|r| r.name.strip_prefix(&prefix)).map(str::to_owned).collect();
     Ok(list.resources.into_iter().find(|r| r.name == gvr.resource).map(|r| Resolved {
         ar: ApiResource {
             group: gvr.group.clone(),
@@ -168,6 +161,7 @@ async fn find_in_group_version(client: &Client, gvr: &Gvr) -> Result<Option<Reso
         },
         namespaced: r.namespaced,
         verbs: r.verbs,
+        subresources,
     }))
 }
 
@@ -242,6 +236,7 @@ fn resolved(group: &str, version: &str, resource: &APIResourceDiscovery) -> Reso
         ar: ApiResource { group: group.to_owned(), version: version.to_owned(), api_version, kind, plural },
         namespaced: resource.scope.as_deref() == Some("Namespaced"),
         verbs: resource.verbs.clone(),
+        subresources: resource.subresources.iter().filter_map(|s| s.subresource.clone()).collect(),
     }
 }
 

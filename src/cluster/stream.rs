@@ -281,7 +281,10 @@ mod tests {
             kind: "ConfigMap".into(),
             plural: "configmaps".into(),
         };
-        Target { resolved: Resolved { ar, namespaced: true, verbs: vec![] }, namespace: Some("ns".into()) }
+        Target {
+            resolved: Resolved { ar, namespaced: true, verbs: vec![], subresources: vec![] },
+            namespace: Some("ns".into()),
+        }
     }
 
     #[test]

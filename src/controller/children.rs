@@ -187,7 +187,8 @@ impl Family {
     }
 }
 
-fn json_type(value: &Value) -> &'static str {
+/// What kind of JSON value this is, for messages: "a number", "a list".
+pub fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -307,6 +308,7 @@ mod tests {
             },
             namespaced,
             verbs: Vec::new(),
+            subresources: Vec::new(),
         }
     }
 

@@ -574,22 +574,22 @@ impl Context {
     }
 
     /// A child was created, updated or deleted: a log line and a Normal event.
-    fn changed(&self, parent: &DynamicObject, kind: &str, key: &ChildKey, word: &str) {
-        let object = key_of(parent);
+    fn changed(&self, parent: &DynamicObject, kind: &str, child: &ChildKey, word: &str) {
+        let object = key(parent);
         tracing::info!(
             namespace = parent.metadata.namespace.as_deref(),
             name = parent.metadata.name.as_deref(),
-            child = key.to_string(),
+            child = child.to_string(),
             outcome = word,
             "{object}: {} {word}",
-            if key.name == parent.metadata.name.as_deref().unwrap_or_default() {
+            if child.name == parent.metadata.name.as_deref().unwrap_or_default() {
                 kind.to_lowercase()
             } else {
-                format!("{} {}", kind.to_lowercase(), key.name)
+                format!("{} {}", kind.to_lowercase(), child.name)
             }
         );
         let reason = format!("{kind}{}", capitalized(word));
-        self.event(parent, EventType::Normal, &reason, format!("{kind} {} {word}", key.name));
+        self.event(parent, EventType::Normal, &reason, format!("{kind} {} {word}", child.name));
     }
 
     /// Writes the parent's status when it differs from what the parent holds: the sync's status with
@@ -630,17 +630,17 @@ impl Context {
         if unchanged {
             return Ok((current, false));
         }
-        let body = json!({
-            "apiVersion": self.family.parent.ar.api_version,
-            "kind": self.family.parent.ar.kind,
-            "metadata": { "name": parent.metadata.name, "namespace": parent.metadata.namespace },
-            "status": status,
-        });
         let name = parent.metadata.name.as_deref().unwrap_or_default();
         let api = self.parent_api(parent);
         let stored = match &self.sync {
             // The Sample CRD declares every field its status has: applied server-side, as always.
             Syncer::Sample => {
+                let body = json!({
+                    "apiVersion": self.family.parent.ar.api_version,
+                    "kind": self.family.parent.ar.kind,
+                    "metadata": { "name": parent.metadata.name, "namespace": parent.metadata.namespace },
+                    "status": status,
+                });
                 let params = PatchParams::apply(FIELD_MANAGER).force();
                 bounded(api.patch_status(name, &params, &Patch::Apply(&body))).await?
             }
@@ -721,10 +721,6 @@ impl Context {
 
 fn has_finalizer(parent: &DynamicObject, finalizer: &str) -> bool {
     parent.metadata.finalizers.iter().flatten().any(|f| f == finalizer)
-}
-
-fn key_of(object: &DynamicObject) -> String {
-    key(object)
 }
 
 fn capitalized(word: &str) -> String {

@@ -24,7 +24,7 @@ use super::poll::Poll;
 use super::watch::Watch;
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
-use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, has_subresource, resolve_gvr};
+use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
 
 /// How the controller runs: what `samplectl reconcile`'s flags say, already checked.
 #[derive(Debug, Clone)]
@@ -208,6 +208,7 @@ fn built_in(samples: Resolved) -> (Family, Syncer, bool) {
         ar: kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
         namespaced: true,
         verbs: Vec::new(),
+        subresources: Vec::new(),
     };
     (Family { parent: samples, children: vec![configmaps] }, Syncer::Sample, false)
 }
@@ -225,12 +226,7 @@ async fn hooked(conn: &Connection, parent: Resolved, hook: &HookSettings) -> Res
     if let Some(why) = family.mismatch() {
         bail!("cannot reconcile with these child types: {why}");
     }
-    let gvr = Gvr {
-        group: family.parent.ar.group.clone(),
-        version: family.parent.ar.version.clone(),
-        resource: family.parent.ar.plural.clone(),
-    };
-    if !has_subresource(&conn.client, &gvr, "status").await? {
+    if !family.parent.subresources.iter().any(|s| s == "status") {
         return Err(NoStatusSubresource(family.parent.qualified_plural()).into());
     }
     let hook_sync = Hook::new(hook.target.clone(), hook.timeout)?;

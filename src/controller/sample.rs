@@ -5,7 +5,7 @@
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
-use super::children::Observed;
+use super::children::{Observed, json_type};
 use super::status::{Readiness, set_ready};
 use super::sync::Answer;
 
@@ -30,10 +30,7 @@ pub fn test_string(sample: &DynamicObject) -> TestString {
     match sample.data.get(DATA_KEY) {
         None | Some(Value::Null) => TestString::Value(String::new()),
         Some(Value::String(s)) => TestString::Value(s.clone()),
-        Some(Value::Bool(_)) => TestString::Invalid("a boolean"),
-        Some(Value::Number(_)) => TestString::Invalid("a number"),
-        Some(Value::Array(_)) => TestString::Invalid("a list"),
-        Some(Value::Object(_)) => TestString::Invalid("an object"),
+        Some(other) => TestString::Invalid(json_type(other)),
     }
 }
 

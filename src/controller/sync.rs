@@ -136,6 +136,7 @@ mod tests {
             },
             namespaced,
             verbs: Vec::new(),
+            subresources: Vec::new(),
         }
     }
 

@@ -240,7 +240,6 @@ impl Watch {
                         let owner = owner(&object.metadata, &fam);
                         let mut owners = owners_c.lock().unwrap_or_else(|e| e.into_inner());
                         let before = owners.set(&key, owner.clone().filter(|_| !deleted));
-                        tracing::debug!(child = %key, deleted, owner = ?owner.as_ref().map(|o| &o.1.name), before = ?before.as_ref().map(|b| &b.name), "child event");
                         let mut triggers: Vec<ParentRef> = before.into_iter().collect();
                         match owner {
                             Some((_, parent)) => triggers.push(parent),
@@ -446,7 +445,6 @@ fn next(resync: Duration, after: Option<Duration>) -> Action {
 
 async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Failure> {
     let children = shared.children_of(&uid(&parent));
-    tracing::debug!(parent = ?parent.metadata.name, children = ?children.keys().map(|k| k.name.as_str()).collect::<Vec<_>>(), "reconciling");
     let Done { outcome, resync_after, .. } = shared.ctx.reconcile(&parent, children).await?;
     match outcome {
         Outcome::NotReady(reason) | Outcome::Conflict(reason) => Err(Failure::NotReady(reason, resync_after)),

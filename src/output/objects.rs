@@ -174,6 +174,7 @@ mod tests {
             },
             namespaced: true,
             verbs: vec![],
+            subresources: Vec::new(),
         }
     }
 

@@ -45,8 +45,14 @@ impl Driver {
     }
 }
 
-/// The example CRDs are cluster-wide and shared by every test here: applied, never deleted.
+/// The example CRDs are cluster-wide and shared by every test here: applied once per run (tests applying
+/// the same CRD side by side could race), never deleted.
 fn example_crds() {
+    static APPLIED: std::sync::Once = std::sync::Once::new();
+    APPLIED.call_once(apply_example_crds);
+}
+
+fn apply_example_crds() {
     for crd in ["examples/hooks/python/crd.yaml", "examples/hooks/shell/crd.yaml"] {
         kubectl(&["apply", "-f", crd]).success();
     }
