@@ -129,7 +129,10 @@ fn a_configmap_deleted_while_its_watch_relists_is_recreated() {
         _ => Ok(()),
     });
     let expiry = proxy.expire_next_request_containing(&watch);
-    assert_eq!(proxy.cut_connections_containing(&watch), 1, "one watch of the labelled ConfigMaps");
+    // At least the live watch; an earlier one the server ended may sit idle in the client's pool. The log
+    // line checked at the end shows that the live one was among those cut.
+    let cut = proxy.cut_connections_containing(&watch);
+    assert!(cut >= 1, "no connection holds the watch of the labelled ConfigMaps");
     eventually(Duration::from_secs(20), "the watch reconnects and is held", || {
         if expiry.held() { Ok(()) } else { Err(controller.stderr()) }
     });

@@ -58,10 +58,13 @@ impl HangingProxy {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
                 let frozen = Arc::new(AtomicBool::new(false));
                 let last_request = Arc::new(Mutex::new(Vec::new()));
+                let open = Arc::new(AtomicBool::new(true));
+                c.lock().unwrap().retain(|c| c.open.load(Ordering::Relaxed));
                 c.lock().unwrap().push(Connection {
                     client: client.try_clone().unwrap(),
                     server: server.try_clone().unwrap(),
                     last_request: last_request.clone(),
+                    open: open.clone(),
                 });
                 let (client2, server2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let requests = Requests {
@@ -72,8 +75,15 @@ impl HangingProxy {
                     writes: w.clone(),
                 };
                 let f = frozen.clone();
-                std::thread::spawn(move || pump(client, server, Some(requests), f));
-                std::thread::spawn(move || pump(server2, client2, None, frozen));
+                let open2 = open.clone();
+                std::thread::spawn(move || {
+                    pump(client, server, Some(requests), f);
+                    open.store(false, Ordering::Relaxed);
+                });
+                std::thread::spawn(move || {
+                    pump(server2, client2, None, frozen);
+                    open2.store(false, Ordering::Relaxed);
+                });
             }
         });
         HangingProxy { port, patterns, expiries, connections, hung, writes, _kubectl_proxy: kubectl_proxy, stop }
@@ -93,20 +103,27 @@ impl HangingProxy {
         expiry
     }
 
-    /// How many open connections have a latest request that contains every one of `parts`.
+    /// How many open connections have a latest request that contains every one of `parts`. A connection
+    /// idle in the client's pool still counts: its latest request may be a watch the server ended early
+    /// (under load it can refuse a new watch with "Too large resource version"), which the client then
+    /// opened again on another connection.
     pub fn connections_containing(&self, parts: &[&str]) -> usize {
         let connections = self.connections.lock().unwrap();
         connections
             .iter()
+            .filter(|c| c.open.load(Ordering::Relaxed))
             .filter(|c| parts.iter().all(|p| contains(&c.last_request.lock().unwrap(), p.as_bytes())))
             .count()
     }
 
     /// Closes every open connection whose latest request contains every one of `parts`, as a network
-    /// blip would: the client sees its stream end.
+    /// blip would: the client sees its stream end. Closed connections are forgotten on the way.
     pub fn cut_connections_containing(&self, parts: &[&str]) -> usize {
         let mut cut = 0;
         self.connections.lock().unwrap().retain(|c| {
+            if !c.open.load(Ordering::Relaxed) {
+                return false;
+            }
             let request = c.last_request.lock().unwrap();
             if !parts.iter().all(|p| contains(&request, p.as_bytes())) {
                 return true;
@@ -179,6 +196,8 @@ struct Connection {
     client: TcpStream,
     server: TcpStream,
     last_request: Arc<Mutex<Vec<u8>>>,
+    /// Until either direction's pump ends.
+    open: Arc<AtomicBool>,
 }
 
 /// What the client-to-server pump looks for in the requests that pass.
