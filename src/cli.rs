@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
-use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::cluster::client::ClientOptions;
 use crate::cluster::resolve::{Gvr, check_resource_name};
@@ -17,6 +17,10 @@ use crate::controller::hook::Target as HookTarget;
 use crate::controller::leader::Election;
 use crate::logging::LogFormat;
 use crate::output::color::ColorChoice;
+use crate::output::columns::Columns;
+use crate::output::jsonpath::Template;
+use crate::output::sort::SortBy;
+use crate::output::template::TemplateFormat;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -227,9 +231,22 @@ pub struct SelectArgs {
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
 
-    /// Output format; the default and wide use the server's columns
-    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    /// Output format: wide, json, yaml, name, jsonpath=TEMPLATE, jsonpath-file=FILE,
+    /// jsonpath-as-json=TEMPLATE, custom-columns=NAME:PATH,..., custom-columns-file=FILE; the default and
+    /// wide use the server's columns
+    #[arg(short = 'o', long, value_name = "FORMAT", value_parser = OutputFormat::parse)]
     pub output: Option<OutputFormat>,
+
+    /// Sort by the value at this JSONPath in each object (e.g. .metadata.name, '{.spec.replicas}'), as
+    /// kubectl sorts: numbers by value, strings in natural order or as quantities; asks for everything at
+    /// once, as kubectl does
+    #[arg(long, value_name = "JSONPATH", value_parser = SortBy::parse)]
+    pub sort_by: Option<SortBy>,
+
+    /// With false, a key that a jsonpath template names but an object lacks is an error
+    #[arg(long, value_name = "BOOL", default_value_t = true, num_args = 0..=1, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
+    pub allow_missing_template_keys: bool,
 
     /// Only objects with these labels (e.g. app=web,tier!=db)
     #[arg(short = 'l', long, value_name = "SELECTOR")]
@@ -266,12 +283,73 @@ pub struct SelectArgs {
     pub chunk_size: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum OutputFormat {
     Wide,
     Json,
     Yaml,
     Name,
+    Template(TemplateFormat),
+}
+
+impl OutputFormat {
+    /// `-o`'s value, as kubectl reads it; a template is read (and its file too) and parsed here, so that
+    /// a mistake in it is a usage error in kubectl's words.
+    fn parse(value: &str) -> Result<Self, String> {
+        let (format, argument) = match value.split_once('=') {
+            Some((format, argument)) => (format, Some(argument)),
+            None => (value, None),
+        };
+        let read = |path: &str, what: &str| {
+            std::fs::read_to_string(path).map_err(|err| format!("error reading {what} {path}, {err}"))
+        };
+        let jsonpath = |text: &str| {
+            if text.is_empty() {
+                return Err("template format specified but no template given".to_owned());
+            }
+            Template::parse(text).map_err(|err| format!("error parsing jsonpath {text}, {err}"))
+        };
+        Ok(match (format, argument) {
+            ("wide", None) => OutputFormat::Wide,
+            ("json", None) => OutputFormat::Json,
+            ("yaml", None) => OutputFormat::Yaml,
+            ("name", None) => OutputFormat::Name,
+            ("jsonpath", text) => OutputFormat::Template(TemplateFormat::JsonPath(jsonpath(text.unwrap_or(""))?)),
+            ("jsonpath-as-json", text) => {
+                OutputFormat::Template(TemplateFormat::JsonPathAsJson(jsonpath(text.unwrap_or(""))?))
+            }
+            ("jsonpath-file", path) => {
+                let path = path.filter(|p| !p.is_empty()).ok_or("template format specified but no template given")?;
+                OutputFormat::Template(TemplateFormat::JsonPath(jsonpath(&read(path, "--template")?)?))
+            }
+            ("custom-columns", spec) => {
+                OutputFormat::Template(TemplateFormat::Columns(Columns::from_spec(spec.unwrap_or(""))?))
+            }
+            ("custom-columns-file", path) => {
+                let path = path
+                    .filter(|p| !p.is_empty())
+                    .ok_or("custom-columns format specified but no custom columns given")?;
+                OutputFormat::Template(TemplateFormat::Columns(Columns::from_file_text(&read(path, "template")?)?))
+            }
+            _ => {
+                return Err(format!(
+                    "unable to match a printer suitable for the output format {value:?}, allowed formats are: \
+                     custom-columns,custom-columns-file,json,jsonpath,jsonpath-as-json,jsonpath-file,name,wide,yaml"
+                ));
+            }
+        })
+    }
+
+    /// The name kubectl gives this format in its messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OutputFormat::Wide => "wide",
+            OutputFormat::Json => "json",
+            OutputFormat::Yaml => "yaml",
+            OutputFormat::Name => "name",
+            OutputFormat::Template(template) => template.name(),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -415,10 +493,11 @@ impl SelectArgs {
         if self.all_namespaces && !names.is_empty() {
             return Some("a resource cannot be retrieved by name across all namespaces".to_owned());
         }
-        match self.output {
-            Some(format @ (OutputFormat::Json | OutputFormat::Yaml | OutputFormat::Name)) if self.show_labels => {
-                let format = format.to_possible_value().expect("no variant is skipped");
-                Some(format!("--show-labels option cannot be used with {} printer", format.get_name()))
+        match &self.output {
+            Some(
+                format @ (OutputFormat::Json | OutputFormat::Yaml | OutputFormat::Name | OutputFormat::Template(_)),
+            ) if self.show_labels => {
+                Some(format!("--show-labels option cannot be used with {} printer", format.name()))
             }
             _ => None,
         }

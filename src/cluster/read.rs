@@ -26,6 +26,8 @@ const TABLE_ACCEPT: &str =
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
     Table,
+    /// A Table whose rows carry their whole objects (`includeObject=Object`), for `--sort-by`.
+    TableWithObjects,
     Objects,
 }
 
@@ -85,8 +87,17 @@ pub struct Page {
 }
 
 fn with_accept(mut req: http::Request<Vec<u8>>, shape: Shape) -> http::Request<Vec<u8>> {
-    if shape == Shape::Table {
+    if shape != Shape::Objects {
         req.headers_mut().insert(ACCEPT, HeaderValue::from_static(TABLE_ACCEPT));
+    }
+    if shape == Shape::TableWithObjects {
+        let uri = req.uri().to_string();
+        let joined = if uri.contains('?') {
+            format!("{uri}&includeObject=Object")
+        } else {
+            format!("{uri}?includeObject=Object")
+        };
+        *req.uri_mut() = joined.parse().expect("a request URI with one more parameter is a URI");
     }
     req
 }
@@ -209,7 +220,8 @@ pub fn parse_page(mut body: Value, resolved: &Resolved) -> Page {
     Page { resource_version, continue_token, columns: None, items }
 }
 
-/// A Table row; its `object` is the row's PartialObjectMetadata.
+/// A Table row; its `object` is the row's PartialObjectMetadata, or the whole object when it was asked
+/// for (`Shape::TableWithObjects`), which the item then keeps.
 pub fn row_item(mut row: Value) -> Item {
     let cells = match row["cells"].take() {
         Value::Array(cells) => cells,
@@ -217,6 +229,9 @@ pub fn row_item(mut row: Value) -> Item {
     };
     let mut item = metadata_item(&row["object"]["metadata"]);
     item.cells = Some(cells);
+    if !matches!(row["object"]["kind"].as_str(), None | Some("PartialObjectMetadata")) {
+        item.object = Some(row["object"].take());
+    }
     item
 }
 

@@ -54,7 +54,7 @@ pub fn parse_event(line: &str, shape: Shape, target: &Target) -> Result<Event> {
         other => bail!("the server sent a watch event of unknown type {other:?}"),
     };
     let item = match shape {
-        Shape::Table => {
+        Shape::Table | Shape::TableWithObjects => {
             let mut object = object;
             match object["rows"].get_mut(0).map(Value::take) {
                 Some(row) => row_item(row),

@@ -22,31 +22,24 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, ou
     }
     let lp = selectors(args).list_params();
     let several = selection.targets.len() > 1;
-    match selection.printing {
+    match &selection.printing {
         Printing::Table { wide } => {
             let mut printed = 0;
             for target in &selection.targets {
-                printed += table(conn, target, &lp, args, wide, several, printed > 0, out).await?;
+                printed += table(conn, target, &lp, args, *wide, several, printed > 0, out).await?;
             }
             // kubectl says so only when it printed nothing, had no error, and was not told to ignore.
             if printed == 0 && !list.ignore_not_found {
                 eprintln!("{}", selection.nothing_found());
             }
         }
-        Printing::Objects(format) => {
+        Printing::Objects(format) if args.sort_by.is_none() => {
             // Several resources make one List, as kubectl prints them.
-            let mut writer = Selection::object_printer(format, &selection.targets[0], args).list(&mut *out);
+            let mut writer = Selection::object_printer(*format, &selection.targets[0], args).list(&mut *out);
             for target in &selection.targets {
                 let mut pages = std::pin::pin!(list_pages(&conn.client, target, &lp, Shape::Objects));
-                let mut read = 0;
                 while let Some(page) = pages.try_next().await? {
-                    read += 1;
-                    tracing::debug!(
-                        page = read,
-                        items = page.items.len(),
-                        "listed a page: page {read}, {} items",
-                        page.items.len()
-                    );
+                    logged(&page);
                     for item in &page.items {
                         writer.item(item)?;
                     }
@@ -54,6 +47,72 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, ou
             }
             writer.finish()?;
         }
+        // Sorted, or through a template: both need the whole list first, as they do in kubectl.
+        printing => {
+            let mut items = Vec::new();
+            for target in &selection.targets {
+                let mut pages = std::pin::pin!(list_pages(&conn.client, target, &lp, Shape::Objects));
+                while let Some(page) = pages.try_next().await? {
+                    logged(&page);
+                    items.extend(page.items);
+                }
+            }
+            let mut items: Vec<&Item> = items.iter().collect();
+            objects(printing, &selection.targets[0], args, &mut items, false, out)?;
+        }
+    }
+    Ok(())
+}
+
+fn logged(page: &Page) {
+    tracing::debug!(items = page.items.len(), "listed a page: {} items", page.items.len());
+}
+
+/// Puts `items` in `--sort-by`'s order, if given. Every item must carry its whole object.
+fn sort<T: std::borrow::Borrow<Item>>(args: &SelectArgs, items: &mut Vec<T>) -> Result<()> {
+    let Some(sort_by) = &args.sort_by else { return Ok(()) };
+    let null = serde_json::Value::Null;
+    let objects: Vec<&serde_json::Value> = items.iter().map(|i| i.borrow().object.as_ref().unwrap_or(&null)).collect();
+    let order = sort_by.order(&objects).map_err(anyhow::Error::msg)?;
+    let mut slots: Vec<Option<T>> = std::mem::take(items).into_iter().map(Some).collect();
+    *items = order.into_iter().map(|i| slots[i].take().expect("each index comes once")).collect();
+    Ok(())
+}
+
+/// Whole objects, sorted if asked, in json, yaml or name form or through a template: one object named
+/// alone (`single`) as itself, anything else as a List.
+fn objects(
+    printing: &Printing,
+    target: &Target,
+    args: &SelectArgs,
+    items: &mut Vec<&Item>,
+    single: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    if !single {
+        sort(args, items)?;
+    }
+    match printing {
+        Printing::Objects(format) => {
+            let printer = Selection::object_printer(*format, target, args);
+            match (single, items.as_slice()) {
+                (true, [item]) => printer.object(out, item)?,
+                _ => {
+                    let mut writer = printer.list(out);
+                    for item in items.iter() {
+                        writer.item(item)?;
+                    }
+                    writer.finish()?;
+                }
+            }
+        }
+        Printing::Template(format) => {
+            let null = serde_json::Value::Null;
+            let objects: Vec<&serde_json::Value> = items.iter().map(|i| i.object.as_ref().unwrap_or(&null)).collect();
+            let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+            format.print(out, &objects, single, args.no_headers, terminal)?;
+        }
+        Printing::Table { .. } => unreachable!("tables are printed by `table`"),
     }
     Ok(())
 }
@@ -84,11 +143,14 @@ async fn table(
     gap: bool,
     out: &mut impl Write,
 ) -> Result<usize> {
-    let mut pages = std::pin::pin!(list_pages(&conn.client, target, lp, Shape::Table));
+    let shape = if args.sort_by.is_some() { Shape::TableWithObjects } else { Shape::Table };
+    let mut pages = std::pin::pin!(list_pages(&conn.client, target, lp, shape));
     let mut table = TableWriter::new(&mut *out, None).fit_to(fit(args));
     let mut layout: Option<(Layout, Option<usize>)> = None;
     let (mut count, mut read) = (0, 0);
-    while let Some(page) = pages.try_next().await? {
+    while let Some(mut page) = pages.try_next().await? {
+        // Sorted per table, as kubectl sorts each resource's Table (one page: see `selectors`).
+        sort(args, &mut page.items)?;
         read += 1;
         count += page.items.len();
         tracing::debug!(
@@ -134,7 +196,10 @@ async fn table(
 /// one missing, which makes the exit status 1 unless `--ignore-not-found`.
 async fn named(conn: &Connection, selection: &Selection, list: &ListArgs, out: &mut impl Write) -> Result<()> {
     let args = &list.select;
-    let shape = selection.printing.shape();
+    let shape = match (&selection.printing, &args.sort_by) {
+        (Printing::Table { .. }, Some(_)) => Shape::TableWithObjects,
+        (printing, _) => printing.shape(),
+    };
     // select() allows names with one resource only.
     let target = &selection.targets[0];
     let mut found: Vec<Page> = Vec::new();
@@ -150,32 +215,22 @@ async fn named(conn: &Connection, selection: &Selection, list: &ListArgs, out: &
             Err(err) => return Err(err),
         }
     }
-    let items: Vec<&Item> = found.iter().flat_map(|page| &page.items).collect();
-    match selection.printing {
+    let mut items: Vec<&Item> = found.iter().flat_map(|page| &page.items).collect();
+    match &selection.printing {
         Printing::Table { wide } if !items.is_empty() => {
+            if items.len() > 1 {
+                sort(args, &mut items)?;
+            }
             let columns = found.iter().find_map(|page| page.columns.as_deref());
-            let layout = Layout::new(columns, layout_options(target, args, wide));
+            let layout = Layout::new(columns, layout_options(target, args, *wide));
             let header = (!args.no_headers).then(|| layout.headers().to_vec());
             let rows: Vec<_> = items.iter().map(|item| layout.row(item, None)).collect();
             TableWriter::new(out, header).fit_to(fit(args)).write_rows(&rows)?;
         }
         Printing::Table { .. } => {}
         // kubectl prints an empty List for names it did not find, unless told to ignore them.
-        Printing::Objects(_) if items.is_empty() && (list.ignore_not_found || selection.names.len() == 1) => {}
-        Printing::Objects(format) => {
-            let printer = Selection::object_printer(format, target, args);
-            if selection.names.len() == 1 {
-                if let Some(item) = items.first() {
-                    printer.object(out, item)?;
-                }
-            } else {
-                let mut writer = printer.list(out);
-                for item in items {
-                    writer.item(item)?;
-                }
-                writer.finish()?;
-            }
-        }
+        _ if items.is_empty() && (list.ignore_not_found || selection.names.len() == 1) => {}
+        printing => objects(printing, target, args, &mut items, selection.names.len() == 1, out)?,
     }
     match missing.is_empty() {
         true => Ok(()),

@@ -9,19 +9,21 @@ use crate::cluster::client::Connection;
 use crate::cluster::read::{Shape, Target};
 use crate::cluster::resolve::{resolve_gvr, resolve_names};
 use crate::output::objects::{ObjectFormat, ObjectPrinter};
+use crate::output::template::TemplateFormat;
 
 /// How the selected objects are printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Printing {
     Table { wide: bool },
     Objects(ObjectFormat),
+    Template(TemplateFormat),
 }
 
 impl Printing {
-    pub fn shape(self) -> Shape {
+    pub fn shape(&self) -> Shape {
         match self {
             Printing::Table { .. } => Shape::Table,
-            Printing::Objects(_) => Shape::Objects,
+            Printing::Objects(_) | Printing::Template(_) => Shape::Objects,
         }
     }
 }
@@ -50,12 +52,19 @@ impl Selection {
 }
 
 pub fn printing(args: &SelectArgs) -> Printing {
-    match args.output {
+    match &args.output {
         None => Printing::Table { wide: false },
         Some(OutputFormat::Wide) => Printing::Table { wide: true },
         Some(OutputFormat::Json) => Printing::Objects(ObjectFormat::Json),
         Some(OutputFormat::Yaml) => Printing::Objects(ObjectFormat::Yaml),
         Some(OutputFormat::Name) => Printing::Objects(ObjectFormat::Name),
+        Some(OutputFormat::Template(format)) => {
+            let mut format = format.clone();
+            if let TemplateFormat::JsonPath(template) | TemplateFormat::JsonPathAsJson(template) = &mut format {
+                template.allow_missing_keys = args.allow_missing_template_keys;
+            }
+            Printing::Template(format)
+        }
     }
 }
 
@@ -88,11 +97,12 @@ pub fn fit(args: &SelectArgs) -> Option<usize> {
     crate::output::terminal::stdout_width().filter(|_| !args.wide_cells)
 }
 
-/// `-l`, `--field-selector` and `--chunk-size` (0: everything at once).
+/// `-l`, `--field-selector` and `--chunk-size` (0: everything at once, as with `--sort-by`: kubectl
+/// sorts only what one answer holds, so it asks for everything in one).
 pub fn selectors(args: &SelectArgs) -> Selectors {
     Selectors {
         labels: args.selector.clone(),
         fields: args.field_selector.clone(),
-        page_size: (args.chunk_size > 0).then_some(args.chunk_size),
+        page_size: (args.chunk_size > 0 && args.sort_by.is_none()).then_some(args.chunk_size),
     }
 }

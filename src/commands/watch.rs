@@ -13,6 +13,7 @@ use crate::cluster::stream::ChangeStream;
 use crate::commands::select::{Printing, Selection, fit, select, selectors};
 use crate::output::objects::ObjectPrinter;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
+use crate::output::template::TemplateEvents;
 use crate::signal::shutdown_signal;
 
 /// Prints events in the chosen format and counts them against `--max-events`.
@@ -33,6 +34,7 @@ enum Sink<W: Write> {
     },
     Table(Layout, TableWriter<W>),
     Objects(W, ObjectPrinter),
+    Template(TemplateEvents<W>),
     Closed,
 }
 
@@ -56,6 +58,7 @@ impl<W: Write> Printer<W> {
         match &mut self.sink {
             Sink::Table(layout, table) => table.write_rows(&[layout.row(item, Some(change.word()))])?,
             Sink::Objects(out, printer) => printer.event(out, change.word(), item)?,
+            Sink::Template(events) => events.event(item.object.as_ref().unwrap_or(&serde_json::Value::Null))?,
             Sink::TablePending { .. } | Sink::Closed => {
                 bail!("internal error: watch output is not set up")
             }
@@ -72,9 +75,14 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
         bail!("watch follows one resource type; this names {}: {}", targets.len(), kinds.join(", "));
     }
     let target = targets.remove(0);
+    let shape = printing.shape();
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let sink = match printing {
         Printing::Table { wide } => Sink::TablePending { out, wide, fit: fit(&args.select) },
         Printing::Objects(format) => Sink::Objects(out, Selection::object_printer(format, &target, &args.select)),
+        Printing::Template(format) => {
+            Sink::Template(TemplateEvents::new(format, out, args.select.no_headers, terminal))
+        }
     };
     let mut selectors = selectors(&args.select);
     // The command line allows at most one name here.
@@ -93,11 +101,11 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
         label_columns: args.select.label_columns.clone(),
         event: true,
         // On a terminal, object text cannot drive it; piped, it is exactly what kubectl prints.
-        escape: std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        escape: terminal,
     };
     let mut printer =
         Printer { sink, no_headers: args.select.no_headers, options, printed: 0, max_events: args.max_events };
-    let mut changes = ChangeStream::new(conn.client.clone(), target, printing.shape(), selectors);
+    let mut changes = ChangeStream::new(conn.client.clone(), target, shape, selectors);
 
     let work = async {
         let listed = changes.list().await?;

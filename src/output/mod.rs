@@ -3,6 +3,10 @@
 //! nothing about what to read.
 
 pub mod color;
+pub mod columns;
+pub mod jsonpath;
 pub mod objects;
+pub mod sort;
 pub mod table;
+pub mod template;
 pub mod terminal;

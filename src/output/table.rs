@@ -278,6 +278,11 @@ impl<W: Write> TableWriter<W> {
         self.out.flush()
     }
 
+    /// Where rows go, for output written beside them.
+    pub fn out_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     pub fn into_inner(self) -> W {
         self.out
     }

@@ -20,6 +20,7 @@ mod reconcile_scale;
 mod schemaless_crd;
 mod secrets_in_logs;
 mod takeover_race;
+mod templates;
 mod warnings;
 mod watch;
 mod watch_restart;
