@@ -861,6 +861,14 @@ fn go_number(n: &Number) -> String {
     }
 }
 
+/// A map's entries in key order, as Go prints and encodes maps (serde_json keeps insertion order when a
+/// crate in the build turns on its `preserve_order`).
+fn sorted(map: &serde_json::Map<String, Value>) -> Vec<(&String, &Value)> {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    entries.sort_by_key(|(key, _)| *key);
+    entries
+}
+
 /// A JSON value as Go's `fmt.Sprint` prints the `interface{}` it decodes to: `map[a:1 b:[x y]]`.
 pub fn go_sprint(value: &Value) -> String {
     let mut out = String::new();
@@ -886,15 +894,13 @@ fn sprint_into(value: &Value, out: &mut String) {
         }
         Value::Object(map) => {
             out.push_str("map[");
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            for (i, key) in keys.into_iter().enumerate() {
+            for (i, (key, value)) in sorted(map).into_iter().enumerate() {
                 if i > 0 {
                     out.push(' ');
                 }
                 out.push_str(key);
                 out.push(':');
-                sprint_into(&map[key], out);
+                sprint_into(value, out);
             }
             out.push(']');
         }
@@ -914,9 +920,7 @@ pub fn go_sharp_v(value: &Value) -> String {
             format!("[]interface {{}}{{{}}}", items.join(", "))
         }
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            let pairs: Vec<String> = keys.iter().map(|k| format!("{k:?}:{}", go_sharp_v(&map[*k]))).collect();
+            let pairs: Vec<String> = sorted(map).into_iter().map(|(k, v)| format!("{k:?}:{}", go_sharp_v(v))).collect();
             format!("map[string]interface {{}}{{{}}}", pairs.join(", "))
         }
     }
@@ -961,15 +965,13 @@ fn json_into(value: &Value, out: &mut String) {
         }
         Value::Object(map) => {
             out.push('{');
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            for (i, key) in keys.into_iter().enumerate() {
+            for (i, (key, value)) in sorted(map).into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
                 json_string(key, out);
                 out.push(':');
-                json_into(&map[key], out);
+                json_into(value, out);
             }
             out.push('}');
         }

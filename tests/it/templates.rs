@@ -132,16 +132,22 @@ fn jsonpath_templates_print_like_kubectl() {
 
     // A template that does not parse: kubectl's words; a usage error here (exit 2), exit 1 in kubectl.
     for (template, error) in [("{.items[*", "unterminated array"), ("{.a", "unclosed action"), ("", "")] {
-        let output = format!("jsonpath={template}");
-        let (ours, theirs) = (
-            samplectl(&["list", &g.resource, "-n", &ns.0, "-o", &output]),
-            kubectl(&["get", &g.resource, "-n", &ns.0, "-o", &output]),
-        );
-        let said = theirs.stderr.trim().trim_start_matches("error: ").trim_end_matches(',').to_owned();
-        assert_eq!((ours.code, theirs.code), (2, 1), "{ours:#?}\n{theirs:#?}");
-        assert!(said.contains(error), "{theirs:#?}");
-        assert!(ours.stderr.contains(&said), "samplectl: {}\nkubectl: {said}", ours.stderr);
+        let said = same_usage_error(&g, &ns.0, &format!("jsonpath={template}"));
+        assert!(said.contains(error), "{said}");
     }
+}
+
+/// An `-o` value that kubectl refuses (exit 1) is a usage error here (exit 2) in the same words; returns them.
+#[track_caller]
+fn same_usage_error(g: &Gauges, ns: &str, output: &str) -> String {
+    let (ours, theirs) = (
+        samplectl(&["list", &g.resource, "-n", ns, "-o", output]),
+        kubectl(&["get", &g.resource, "-n", ns, "-o", output]),
+    );
+    let said = theirs.stderr.trim().trim_start_matches("error: ").trim_end_matches(',').to_owned();
+    assert_eq!((ours.code, theirs.code), (2, 1), "{ours:#?}\n{theirs:#?}");
+    assert!(ours.stderr.contains(&said), "samplectl: {}\nkubectl: {said}", ours.stderr);
+    said
 }
 
 #[test]
@@ -165,14 +171,7 @@ fn custom_columns_print_like_kubectl() {
     same(&g, &ns.0, &["-o", &output, "--no-headers"]);
 
     for spec in ["NAME", "NAME:{.a}{.b}", ""] {
-        let output = format!("custom-columns={spec}");
-        let (ours, theirs) = (
-            samplectl(&["list", &g.resource, "-n", &ns.0, "-o", &output]),
-            kubectl(&["get", &g.resource, "-n", &ns.0, "-o", &output]),
-        );
-        let said = theirs.stderr.trim().trim_start_matches("error: ").to_owned();
-        assert_eq!((ours.code, theirs.code), (2, 1), "{ours:#?}\n{theirs:#?}");
-        assert!(ours.stderr.contains(&said), "samplectl: {}\nkubectl: {said}", ours.stderr);
+        same_usage_error(&g, &ns.0, &format!("custom-columns={spec}"));
     }
 }
 
