@@ -554,6 +554,26 @@ mod tests {
     }
 
     #[test]
+    fn output_formats_are_read_as_kubectl_reads_them() {
+        let err = |value: &str| OutputFormat::parse(value).unwrap_err();
+        assert!(matches!(
+            OutputFormat::parse("jsonpath={.a}"),
+            Ok(OutputFormat::Template(TemplateFormat::JsonPath(_)))
+        ));
+        assert_eq!(OutputFormat::parse("wide"), Ok(OutputFormat::Wide));
+        assert!(err("xml").starts_with("unable to match a printer suitable for the output format \"xml\""));
+        assert_eq!(err("jsonpath"), "template format specified but no template given");
+        assert_eq!(err("jsonpath={.a"), "error parsing jsonpath {.a, unclosed action");
+        assert!(err("jsonpath-file=/nonexistent/t").starts_with("error reading --template /nonexistent/t, "));
+        assert!(err("custom-columns-file=/nonexistent/c").starts_with("error reading template /nonexistent/c, "));
+        assert_eq!(err("custom-columns-file="), "custom-columns format specified but no custom columns given");
+        // Through the command line: a usage error, exit 2.
+        let parsed = Cli::try_parse_from(["samplectl", "list", "cm", "-o", "jsonpath={.a"]).unwrap_err();
+        assert_eq!(parsed.exit_code(), 2);
+        assert!(parsed.to_string().contains("error parsing jsonpath {.a, unclosed action"), "{parsed}");
+    }
+
+    #[test]
     fn flag_combinations_are_checked_before_any_request() {
         assert_eq!(mistake(&["list", "samples"]), None);
         assert_eq!(mistake(&["list", "--gvr", "v1/configmaps", "x"]), None);
