@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueHint};
+use clap_complete::engine::ArgValueCompleter;
 
 use crate::cluster::client::ClientOptions;
 use crate::cluster::resolve::{Gvr, check_resource_name};
+use crate::commands::completion;
 use crate::controller::crd::serves_samples;
 use crate::controller::hook::Target as HookTarget;
 use crate::controller::leader::Election;
@@ -40,15 +42,15 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, value_name = "PATH", value_hint = ValueHint::FilePath)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig context to use
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME", add = ArgValueCompleter::new(completion::contexts))]
     pub context: Option<String>,
 
     /// The namespace to work in (default: the context's namespace, else "default")
-    #[arg(short = 'n', long, global = true, value_name = "NS")]
+    #[arg(short = 'n', long, global = true, value_name = "NS", add = ArgValueCompleter::new(completion::namespaces))]
     pub namespace: Option<String>,
 
     /// More log detail on stderr; repeat for more (-v, -vv, -vvv). RUST_LOG overrides it.
@@ -106,12 +108,30 @@ pub enum Command {
                             samplectl reconcile --gvr hooks.example.com/v1/notes --child v1/configmaps \\\n      \
                             --hook examples/hooks/shell/sync.sh --watch   # any resource, logic in a hook")]
     Reconcile(Box<ReconcileArgs>),
+    /// Print the script that gives a shell completion for samplectl: subcommands and flags, and from the
+    /// cluster resource types, object names, namespaces and contexts
+    #[command(after_help = "Examples:\n  \
+        source <(samplectl completion bash)        # bash, in this shell; add it to ~/.bashrc to keep it\n  \
+        source <(samplectl completion zsh)         # zsh (~/.zshrc)\n  \
+        samplectl completion fish | source         # fish (~/.config/fish/config.fish)\n  \
+        samplectl completion powershell | Out-String | Invoke-Expression   # PowerShell ($PROFILE)\n\n\
+        As a kubectl plugin: put samplectl on PATH as kubectl-samplectl, and as kubectl_complete-samplectl\n\
+        (a link to the same binary) for `kubectl samplectl ...` to complete through kubectl's completion.")]
+    Completion(CompletionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell to print the script for
+    #[arg(value_parser = ["bash", "zsh", "fish", "powershell", "elvish"])]
+    pub shell: String,
 }
 
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
     /// The resource to reconcile; anything but samples.example.com is only observed unless given a hook
-    #[arg(long, value_name = "GVR", default_value = "example.com/v1alpha1/samples", value_parser = Gvr::parse)]
+    #[arg(long, value_name = "GVR", default_value = "example.com/v1alpha1/samples", value_parser = Gvr::parse,
+          add = ArgValueCompleter::new(completion::gvrs))]
     pub gvr: Gvr,
 
     /// Driven by watch events instead of polling
@@ -147,7 +167,7 @@ pub struct ReconcileArgs {
     pub leader_election_id: String,
 
     /// The Lease's namespace (default: the kubeconfig context's or the pod's namespace)
-    #[arg(long, value_name = "NS")]
+    #[arg(long, value_name = "NS", add = ArgValueCompleter::new(completion::namespaces))]
     pub leader_election_namespace: Option<String>,
 
     /// This replica's name in the Lease (default: POD_NAME or the hostname, with the process id)
@@ -187,12 +207,13 @@ pub struct ReconcileArgs {
 
     /// With --metrics-secure, the directory holding tls.crt and tls.key (default: a self-signed
     /// certificate made at start-up)
-    #[arg(long, value_name = "DIR", requires = "metrics_secure")]
+    #[arg(long, value_name = "DIR", requires = "metrics_secure", value_hint = ValueHint::DirPath)]
     pub metrics_cert_dir: Option<std::path::PathBuf>,
 
     /// Reconcile --gvr with this command as its sync hook (metacontroller's CompositeController protocol):
     /// the request on its stdin, the answer on its stdout; split into words like a shell, run without one
-    #[arg(long, value_name = "COMMAND", value_parser = HookTarget::command, conflicts_with = "hook_url", help_heading = "Hooks")]
+    #[arg(long, value_name = "COMMAND", value_parser = HookTarget::command, conflicts_with = "hook_url", help_heading = "Hooks",
+          value_hint = ValueHint::ExecutablePath)]
     pub hook: Option<HookTarget>,
 
     /// Reconcile --gvr with the sync hook at this URL: the request POSTed as JSON, the answer in a 200 response
@@ -201,7 +222,8 @@ pub struct ReconcileArgs {
 
     /// A child type the hook may manage, as GROUP/VERSION/RESOURCE (v1/configmaps, apps/v1/deployments);
     /// repeat for each
-    #[arg(long = "child", value_name = "GVR", value_parser = Gvr::parse, help_heading = "Hooks")]
+    #[arg(long = "child", value_name = "GVR", value_parser = Gvr::parse, help_heading = "Hooks",
+          add = ArgValueCompleter::new(completion::gvrs))]
     pub children: Vec<Gvr>,
 
     /// How long one call of the hook may take
@@ -219,12 +241,12 @@ pub struct ReconcileArgs {
 pub struct SelectArgs {
     /// A resource name as kubectl takes it (samples, smp, Sample, deploy, deployments.apps), then
     /// optionally object names; with --gvr, only object names
-    #[arg(value_name = "RESOURCE [NAME]")]
+    #[arg(value_name = "RESOURCE [NAME]", add = ArgValueCompleter::new(completion::ResourcesAndNames))]
     pub names: Vec<String>,
 
     /// The resource as GROUP/VERSION/RESOURCE, or VERSION/RESOURCE for the core group
     /// (example.com/v1alpha1/samples, v1/configmaps)
-    #[arg(long, value_name = "GVR", value_parser = Gvr::parse)]
+    #[arg(long, value_name = "GVR", value_parser = Gvr::parse, add = ArgValueCompleter::new(completion::gvrs))]
     pub gvr: Option<Gvr>,
 
     /// Across all namespaces (adds a NAMESPACE column)
@@ -234,11 +256,12 @@ pub struct SelectArgs {
     /// Output format: wide, json, yaml, name, jsonpath=TEMPLATE, jsonpath-file=FILE,
     /// jsonpath-as-json=TEMPLATE, custom-columns=NAME:PATH,..., custom-columns-file=FILE; the default and
     /// wide use the server's columns
-    #[arg(short = 'o', long, value_name = "FORMAT", value_parser = OutputFormat::parse)]
+    #[arg(short = 'o', long, value_name = "FORMAT", value_parser = OutputFormat::parse,
+          add = ArgValueCompleter::new(completion::output_formats))]
     pub output: Option<OutputFormat>,
 
     /// Sort by the value at this JSONPath in each object (e.g. .metadata.name, '{.spec.replicas}'), as
-    /// kubectl sorts: numbers by value, strings in natural order or as quantities; asks for everything at
+    /// kubectl 1.34 sorts: numbers by value, strings byte by byte or as quantities; asks for everything at
     /// once, as kubectl does
     #[arg(long, value_name = "JSONPATH", value_parser = SortBy::parse)]
     pub sort_by: Option<SortBy>,
@@ -282,6 +305,19 @@ pub struct SelectArgs {
     #[arg(long, default_value_t = 500, value_name = "N")]
     pub chunk_size: u32,
 }
+
+/// What `-o` takes, for completion: in kubectl's order, with `=` where a value must follow.
+pub const OUTPUT_FORMATS: [&str; 9] = [
+    "json",
+    "yaml",
+    "name",
+    "jsonpath=",
+    "jsonpath-as-json=",
+    "jsonpath-file=",
+    "custom-columns=",
+    "custom-columns-file=",
+    "wide",
+];
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum OutputFormat {
@@ -380,7 +416,7 @@ pub struct ListArgs {
     pub ignore_not_found: bool,
 
     /// The subresource of the named objects to get (status, scale), as kubectl get --subresource
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", add = ArgValueCompleter::new(completion::subresources))]
     pub subresource: Option<String>,
 }
 
@@ -414,11 +450,73 @@ fn at_least<const MS: u64>(text: &str) -> Result<Duration, String> {
     crate::duration::at_least(text, Duration::from_millis(MS))
 }
 
+/// What this binary was run as, from the file name it was started by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invocation {
+    /// `samplectl`, or any name not below.
+    Direct,
+    /// `kubectl-samplectl` (or `kubectl-NAME`): kubectl runs it for `kubectl samplectl ...`.
+    Plugin,
+    /// `kubectl_complete-samplectl` (or `kubectl_complete-NAME`): kubectl runs it for a TAB after
+    /// `kubectl samplectl`.
+    PluginCompleter,
+}
+
+/// The file name this binary was started by, without a directory or `.exe`.
+fn started_as() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let argv0 = std::env::args_os().next().unwrap_or_default();
+        let stem = std::path::Path::new(&argv0).file_stem().map(|s| s.to_string_lossy().into_owned());
+        stem.filter(|s| !s.is_empty()).unwrap_or_else(|| "samplectl".to_owned())
+    })
+}
+
+pub fn invocation() -> Invocation {
+    Invocation::of(started_as())
+}
+
+impl Invocation {
+    fn of(file_name: &str) -> Invocation {
+        if file_name.starts_with("kubectl_complete-") {
+            Invocation::PluginCompleter
+        } else if file_name.starts_with("kubectl-") {
+            Invocation::Plugin
+        } else {
+            Invocation::Direct
+        }
+    }
+
+    /// The executable's file name, which a shell completes on.
+    pub fn file_name(&self) -> &'static str {
+        started_as()
+    }
+}
+
+/// How a plugin's file name reads on kubectl's command line: `kubectl-samplectl` is `kubectl samplectl`,
+/// and, as kubectl maps them, `_` in a plugin's name is `-` on the command line.
+fn plugin_command_line(file_name: &str) -> Option<String> {
+    let plugin = file_name.strip_prefix("kubectl-")?;
+    Some(format!("kubectl {}", plugin.replace('-', " ").replace('_', "-")))
+}
+
+/// The command line's definition, named as it was invoked: run by kubectl as a plugin, help and usage
+/// errors say `kubectl samplectl ...`, which is what was typed.
+pub fn command() -> clap::Command {
+    let command = Cli::command();
+    match plugin_command_line(started_as()) {
+        Some(bin_name) => command.bin_name(bin_name),
+        None => command,
+    }
+}
+
 impl Cli {
     /// Parses the command line and checks what clap's attributes cannot say, exiting 2 with clap's
     /// message on any mistake, as clap does for its own.
     pub fn parse_checked() -> Self {
-        let cli = Cli::parse();
+        let mut command = command();
+        let matches = command.get_matches_mut();
+        let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.format(&mut command).exit());
         if let Err(err) = cli.check() {
             err.exit();
         }
@@ -431,10 +529,10 @@ impl Cli {
             Command::List(args) => ("list", args.select.mistake().or_else(|| args.mistake())),
             Command::Watch(args) => ("watch", args.select.mistake().or_else(|| args.mistake())),
             Command::Reconcile(args) => ("reconcile", args.mistake()),
-            Command::InstallCrd(_) => return Ok(()),
+            Command::InstallCrd(_) | Command::Completion(_) => return Ok(()),
         };
         let Some(mistake) = mistake else { return Ok(()) };
-        let mut command = Cli::command();
+        let mut command = command();
         command.build();
         let command = command.find_subcommand_mut(subcommand).expect("the subcommand exists");
         Err(command.error(ErrorKind::ArgumentConflict, mistake))

@@ -155,6 +155,19 @@ async fn load_config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result
     kube::Config::incluster().map_err(|_| ConfigError::NotFound.into())
 }
 
+/// The context names of the kubeconfig samplectl would read (`--kubeconfig`, else KUBECONFIG's files
+/// merged, else ~/.kube/config), sorted, for completing `--context`.
+pub fn context_names(kubeconfig: Option<&Path>) -> Result<Vec<String>> {
+    let config = match kubeconfig {
+        Some(path) => read_kubeconfig(path)?,
+        None => Kubeconfig::read().map_err(|e| explain(e, "the kubeconfig"))?,
+    };
+    let mut names: Vec<String> = config.contexts.into_iter().map(|context| context.name).collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
 fn read_kubeconfig(path: &Path) -> Result<Kubeconfig> {
     // `read_from`, not `from_yaml`: it resolves relative certificate paths against the file's directory,
     // as kubectl does.

@@ -184,9 +184,7 @@ pub async fn resolve_names(client: &Client, input: &str) -> Result<Vec<Resolved>
     }
     let deadline = tokio::time::Instant::now() + DISCOVERY_GRACE;
     'discover: loop {
-        let core = client.list_core_api_versions_aggregated().await.context("cannot discover the core API")?;
-        let groups = client.list_api_groups_aggregated().await.context("cannot discover API groups")?;
-        let lists = [core, groups];
+        let lists = discover(client).await?;
         let mut found: Vec<Resolved> = Vec::new();
         for part in input.split(',') {
             let mut matches = find_by_category(&lists, part);
@@ -212,6 +210,63 @@ pub async fn resolve_names(client: &Client, input: &str) -> Result<Vec<Resolved>
         }
         return Ok(found);
     }
+}
+
+/// Aggregated discovery: the core group, then the others in the server's priority order; within each,
+/// its versions with the preferred one first.
+async fn discover(client: &Client) -> Result<[APIGroupDiscoveryList; 2]> {
+    let core = client.list_core_api_versions_aggregated().await.context("cannot discover the core API")?;
+    let groups = client.list_api_groups_aggregated().await.context("cannot discover API groups")?;
+    Ok([core, groups])
+}
+
+/// Every resource served with `verb`, named as `kubectl api-resources -o name --verbs=VERB` names them
+/// (`configmaps`, `deployments.apps`), for completion. As client-go's preferred-resources list: each
+/// resource of a group once, from the first (preferred) version that serves it, subresources aside;
+/// sorted by group and then name, as kubectl sorts them.
+pub async fn resource_names(client: &Client, verb: &str) -> Result<Vec<String>> {
+    let mut chosen: Vec<(String, &APIResourceDiscovery)> = Vec::new();
+    let lists = discover(client).await?;
+    for group in lists.iter().flat_map(|l| &l.items) {
+        let group_name = group.metadata.as_ref().and_then(|m| m.name.clone()).unwrap_or_default();
+        for resource in group.versions.iter().flat_map(|v| &v.resources) {
+            if !chosen.iter().any(|(g, r)| *g == group_name && r.resource == resource.resource) {
+                chosen.push((group_name.clone(), resource));
+            }
+        }
+    }
+    let mut named: Vec<(String, String)> = chosen
+        .into_iter()
+        .filter(|(_, resource)| resource.verbs.iter().any(|v| v == verb))
+        .map(|(group, resource)| (group, resource.resource.clone().unwrap_or_default()))
+        .collect();
+    named.sort();
+    Ok(named
+        .into_iter()
+        .map(|(group, plural)| if group.is_empty() { plural } else { format!("{plural}.{group}") })
+        .collect())
+}
+
+/// Every served `GROUP/VERSION/RESOURCE` (or `VERSION/RESOURCE` in the core group) with `verb`, as
+/// `--gvr` takes them, for completion: every version, not only the preferred one, since --gvr names one.
+pub async fn gvr_names(client: &Client, verb: &str) -> Result<Vec<String>> {
+    let mut named = Vec::new();
+    for group in discover(client).await?.iter().flat_map(|l| &l.items) {
+        let group_name = group.metadata.as_ref().and_then(|m| m.name.clone()).unwrap_or_default();
+        for version in &group.versions {
+            let version_name = version.version.as_deref().unwrap_or_default();
+            for resource in version.resources.iter().filter(|r| r.verbs.iter().any(|v| v == verb)) {
+                let gvr = Gvr {
+                    group: group_name.clone(),
+                    version: version_name.to_owned(),
+                    resource: resource.resource.clone().unwrap_or_default(),
+                };
+                named.push(gvr.to_string());
+            }
+        }
+    }
+    named.sort();
+    Ok(named)
 }
 
 /// Every resource in `category`, from each group's preferred version, in discovery order.

@@ -2,7 +2,7 @@
 //! the exit code (2 for a malformed name, 1 for a well-formed one the server does not serve). The parser's
 //! own cases are unit- and property-tested in src/resource.rs; this holds the whole path to them.
 
-use crate::support::{samplectl, samplectl_bare};
+use crate::support::{refusing_kubeconfig, samplectl, samplectl_bare};
 
 const FORM: &str = "expected GROUP/VERSION/RESOURCE such as example.com/v1alpha1/samples";
 
@@ -95,14 +95,7 @@ fn bad_resource_names_are_refused_by_list_and_watch() {
 #[test]
 fn usage_mistakes_are_found_before_any_kubeconfig_is_read() {
     let dir = tempfile::tempdir().unwrap();
-    let unreachable = dir.path().join("unreachable.kubeconfig");
-    std::fs::write(
-        &unreachable,
-        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
-         contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: x}}]\n\
-         current-context: c\n",
-    )
-    .unwrap();
+    let unreachable = refusing_kubeconfig(dir.path());
     let mistakes: &[(&[&str], &str)] = &[
         (&["list"], "error: name a resource: --gvr GROUP/VERSION/RESOURCE"),
         (&["watch", "--gvr", "v1/configmaps", "a", "b"], "error: watch is only supported on individual resources"),

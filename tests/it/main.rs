@@ -6,6 +6,7 @@ mod support;
 
 mod bad_input;
 mod churn;
+mod completion;
 mod faults;
 mod hooks;
 mod hung_requests;

@@ -125,6 +125,19 @@ impl Drop for Namespace {
     }
 }
 
+/// A kubeconfig whose server refuses every connection (port 1 on this machine), in `dir`.
+pub fn refusing_kubeconfig(dir: &Path) -> PathBuf {
+    let path = dir.join("refusing.kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
+         contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: x}}]\n\
+         current-context: c\n",
+    )
+    .unwrap();
+    path
+}
+
 /// Writes a copy of the cluster's kubeconfig with `edit` applied to its text, for tests of bad configs.
 pub fn kubeconfig_variant(dir: &Path, name: &str, edit: impl Fn(&str) -> String) -> PathBuf {
     let text = std::fs::read_to_string(&cluster().kubeconfig).unwrap();

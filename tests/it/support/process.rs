@@ -76,6 +76,36 @@ pub fn kubectl(args: &[&str]) -> Run {
     )
 }
 
+/// The built kubectl run straight, with only `args` (no `--kubeconfig` in front, since kubectl takes no
+/// flags before a plugin's name) and `envs` added: for `kubectl samplectl ...` and kubectl's `__complete`.
+pub fn kubectl_plain(args: &[&str], envs: &[(&str, &std::ffi::OsStr)]) -> Run {
+    let bin_dir = local_cluster_with_cache(&["bin-dir"]);
+    Run::from(
+        Command::new(Path::new(bin_dir.trim()).join("kubectl"))
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env("HOME", empty_home())
+            .envs(envs.iter().copied())
+            .output()
+            .expect("run kubectl"),
+    )
+}
+
+fn local_cluster_with_cache(args: &[&str]) -> String {
+    let out = Command::new(local_cluster_script())
+        .args(args)
+        .env("XDG_CACHE_HOME", binary_cache())
+        .output()
+        .expect("run scripts/local-cluster");
+    assert!(out.status.success(), "scripts/local-cluster {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The empty HOME every child process gets, for tests that run a program of their own (bash).
+pub fn home_for_children() -> &'static Path {
+    empty_home()
+}
+
 fn binary_cache() -> PathBuf {
     match std::env::var_os("XDG_CACHE_HOME") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
