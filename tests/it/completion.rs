@@ -2,7 +2,7 @@
 //! offers what a TAB after `kubectl get` offers (resource types, object names, namespaces, contexts), and
 //! kubectl runs samplectl as `kubectl samplectl`, completion included.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -51,10 +51,12 @@ fn samplectl_tab(words: &[&str]) -> Vec<String> {
 }
 
 /// kubectl's own completion (`kubectl __complete ...`, what its shell scripts call): the candidates
-/// without descriptions, and cobra's directive.
+/// without descriptions, and cobra's directive. kubectl completes resource types from its discovery
+/// cache, which other tests' CRDs may have left stale: each call gets an empty one.
 fn kubectl_tab(words: &[&str], envs: &[(&str, &OsStr)]) -> (Vec<String>, String) {
     let kubeconfig = cluster().kubeconfig.as_os_str();
-    let envs = [&[("KUBECONFIG", kubeconfig)], envs].concat();
+    let cache = tempfile::tempdir().unwrap();
+    let envs = [&[("KUBECONFIG", kubeconfig), ("KUBECACHEDIR", cache.path().as_os_str())], envs].concat();
     let run = kubectl_plain(&[&["__complete"], words].concat(), &envs).success();
     let mut lines: Vec<String> = run.stdout.lines().map(|l| l.split('\t').next().unwrap().to_owned()).collect();
     let directive = lines.pop().expect("cobra ends with a directive");
@@ -140,10 +142,8 @@ fn kubectl_runs_samplectl_as_its_plugin_and_completes_it() {
     for name in ["kubectl-samplectl", "kubectl_complete-samplectl"] {
         std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_samplectl"), dir.path().join(name)).unwrap();
     }
-    let mut path = OsString::from(dir.path());
-    path.push(":");
-    path.push(std::env::var_os("PATH").unwrap_or_default());
-    let path = path.as_os_str();
+    // Only the plugin's directory: what else is on PATH (other plugins, shadowed names) is not this test's.
+    let path = dir.path().as_os_str();
     let kubeconfig = cluster().kubeconfig.to_str().unwrap();
 
     let plugins = kubectl_plain(&["plugin", "list"], &[("PATH", path)]).success();
