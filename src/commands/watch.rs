@@ -53,6 +53,25 @@ impl<W: Write> Printer<W> {
         }
     }
 
+    /// Prints the objects that exist when the watch starts, as ADDED; false once `--max-events` is reached.
+    fn print_list(&mut self, items: &[Item]) -> Result<bool> {
+        let Sink::Template(events) = &mut self.sink else {
+            for item in items {
+                if !self.print(Change::Added, item)? {
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
+        };
+        // A template prints them together: custom columns align over the whole list, as kubectl's do.
+        let room = self.max_events.map_or(items.len(), |max| usize::try_from(max - self.printed).unwrap_or(usize::MAX));
+        let objects: Vec<&serde_json::Value> =
+            items.iter().take(room).map(|item| item.object.as_ref().unwrap_or(&serde_json::Value::Null)).collect();
+        events.list(&objects)?;
+        self.printed += objects.len() as u64;
+        Ok(self.max_events.is_none_or(|max| self.printed < max))
+    }
+
     /// Prints one event; false once `--max-events` is reached.
     fn print(&mut self, change: Change, item: &Item) -> Result<bool> {
         match &mut self.sink {
@@ -110,12 +129,8 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
     let work = async {
         let listed = changes.list().await?;
         printer.columns(listed.columns.as_deref());
-        if !args.watch_only {
-            for item in &listed.items {
-                if !printer.print(Change::Added, item)? {
-                    return Ok(());
-                }
-            }
+        if !args.watch_only && !printer.print_list(&listed.items)? {
+            return Ok(());
         }
         loop {
             for (change, item) in changes.next().await? {

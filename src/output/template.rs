@@ -107,6 +107,27 @@ impl<W: Write> TemplateEvents<W> {
         TemplateEvents { format, table: TableWriter::new(out, header), terminal }
     }
 
+    /// The objects that exist when the watch starts. kubectl aligns custom columns over all of them and
+    /// the header together, as one table.
+    pub fn list(&mut self, objects: &[&Value]) -> anyhow::Result<()> {
+        let TemplateFormat::Columns(columns) = &self.format else {
+            return objects.iter().try_for_each(|object| self.event(object));
+        };
+        if objects.is_empty() {
+            // No header yet: it comes with the first row, as kubectl prints it.
+            return Ok(());
+        }
+        let rows: Vec<Vec<String>> = objects
+            .iter()
+            .map(|object| columns.row(object, self.terminal))
+            .collect::<Result<_, _>>()
+            .map_err(TemplateError)?;
+        self.table.write_rows(&rows)?;
+        Ok(())
+    }
+
+    /// One change. A custom-columns row keeps the widths the columns have had (they only grow), as
+    /// kubectl's tabwriter remembers them across flushes.
     pub fn event(&mut self, object: &Value) -> anyhow::Result<()> {
         match &self.format {
             TemplateFormat::Columns(columns) => {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{Namespace, Run, apply, eventually, kubectl, samplectl};
+use crate::support::{Namespace, Run, Watcher, apply, eventually, kubectl, samplectl};
 
 /// A test's own Gauge CRD (tests run side by side), deleted however the test ends.
 struct Gauges {
@@ -271,4 +271,28 @@ fn watch_prints_each_object_through_a_template() {
     .success();
     let listed = witness(&["-o", "custom-columns=NAME:.metadata.name,SIZE:.spec.size"]);
     assert_eq!(columns.stdout, listed.stdout);
+}
+
+/// Custom columns through a watch, against `kubectl get -w`: the objects there at the start aligned as one
+/// table with the header (a later row wider than the first ones widens them all), then each change in
+/// columns as wide as they have been, as kubectl's tabwriter remembers widths across flushes.
+#[test]
+fn watch_aligns_custom_columns_as_kubectl_get_w_does() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("tpl-watch-cols");
+    let g = gauges(&ns);
+    // MEMORY is 2Gi, 1Gi, 512Mi, 100m in name order: the third row is the widest.
+    let spec = "custom-columns=NAME:.metadata.name,M:.spec.memory,SIZE:.spec.size";
+    let mut ours = Watcher::start(&["watch", &g.resource, "-n", &ns.0, "-o", spec]);
+    let mut theirs = Watcher::kubectl(&["get", &g.resource, "-n", &ns.0, "-w", "-o", spec]);
+    let first_five =
+        |watcher: &mut Watcher| (0..5).map(|_| watcher.next_line(Duration::from_secs(20))).collect::<Vec<_>>();
+    let listed = first_five(&mut ours);
+    assert_eq!(listed, first_five(&mut theirs));
+    assert_eq!(listed[3], "delta   512Mi   2", "{listed:#?}");
+    kubectl(&["patch", &g.resource, "beta", "-n", &ns.0, "--type=merge", "-p", r#"{"spec":{"memory":"1G"}}"#])
+        .success();
+    let changed = ours.next_line(Duration::from_secs(20));
+    assert_eq!(changed, theirs.next_line(Duration::from_secs(20)));
+    assert_eq!(changed, "beta    1G      10");
 }

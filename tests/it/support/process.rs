@@ -156,7 +156,7 @@ pub fn samplectl_spawn_bare(args: &[&str]) -> std::process::Child {
         .expect("start samplectl")
 }
 
-/// A running `samplectl watch` whose stdout lines arrive on a channel.
+/// A running `samplectl watch` (or `kubectl get -w`) whose stdout lines arrive on a channel.
 pub struct Watcher {
     pub child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
@@ -164,7 +164,25 @@ pub struct Watcher {
 
 impl Watcher {
     pub fn start(args: &[&str]) -> Self {
-        let mut child = samplectl_spawn(args);
+        Self::of(samplectl_spawn(args))
+    }
+
+    /// The built kubectl against the local cluster, in the background: the witness for a watch.
+    pub fn kubectl(args: &[&str]) -> Self {
+        cluster();
+        let child = Command::new(local_cluster_script())
+            .arg("kubectl")
+            .args(args)
+            .env("XDG_CACHE_HOME", binary_cache())
+            .env("HOME", empty_home())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start kubectl");
+        Self::of(child)
+    }
+
+    fn of(mut child: std::process::Child) -> Self {
         let stdout = child.stdout.take().unwrap();
         let (send, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -188,7 +206,7 @@ impl Watcher {
                 let mut stderr = String::new();
                 use std::io::Read;
                 let _ = self.child.stderr.take().unwrap().read_to_string(&mut stderr);
-                panic!("no line from samplectl watch ({err}); its stderr:\n{stderr}");
+                panic!("no line from the watch ({err}); its stderr:\n{stderr}");
             }
         }
     }
