@@ -10,7 +10,7 @@ use kube::api::ListParams;
 use crate::cli::{ListArgs, SelectArgs};
 use crate::cluster::client::Connection;
 use crate::cluster::read::{Item, Page, Shape, Target, get_one, list_pages};
-use crate::commands::select::{Printing, Selection, fit, select, selectors};
+use crate::commands::select::{Printing, Selection, fit, on_terminal, select, selectors};
 use crate::error::Reported;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 
@@ -109,7 +109,7 @@ fn objects(
         Printing::Template(format) => {
             let null = serde_json::Value::Null;
             let objects: Vec<&serde_json::Value> = items.iter().map(|i| i.object.as_ref().unwrap_or(&null)).collect();
-            let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+            let terminal = on_terminal();
             format.print(out, &objects, single, args.no_headers, terminal)?;
         }
         Printing::Table { .. } => unreachable!("tables are printed by `table`"),
@@ -125,7 +125,7 @@ fn layout_options(target: &Target, args: &SelectArgs, wide: bool) -> LayoutOptio
         label_columns: args.label_columns.clone(),
         event: false,
         // On a terminal, object text cannot drive it; piped, it is exactly what kubectl prints.
-        escape: std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        escape: on_terminal(),
     }
 }
 
@@ -145,7 +145,7 @@ async fn table(
 ) -> Result<usize> {
     let shape = if args.sort_by.is_some() { Shape::TableWithObjects } else { Shape::Table };
     let mut pages = std::pin::pin!(list_pages(&conn.client, target, lp, shape));
-    let mut table = TableWriter::new(&mut *out, None).fit_to(fit(args));
+    let mut table = TableWriter::new(&mut *out, None).fit_to(fit(args)).on_terminal(on_terminal());
     let mut layout: Option<(Layout, Option<usize>)> = None;
     let (mut count, mut read) = (0, 0);
     while let Some(mut page) = pages.try_next().await? {
@@ -225,7 +225,7 @@ async fn named(conn: &Connection, selection: &Selection, list: &ListArgs, out: &
             let layout = Layout::new(columns, layout_options(target, args, *wide));
             let header = (!args.no_headers).then(|| layout.headers().to_vec());
             let rows: Vec<_> = items.iter().map(|item| layout.row(item, None)).collect();
-            TableWriter::new(out, header).fit_to(fit(args)).write_rows(&rows)?;
+            TableWriter::new(out, header).fit_to(fit(args)).on_terminal(on_terminal()).write_rows(&rows)?;
         }
         Printing::Table { .. } => {}
         // kubectl prints an empty List for names it did not find, unless told to ignore them.

@@ -92,6 +92,12 @@ pub async fn select(conn: &Connection, namespace: Option<&str>, args: &SelectArg
     Ok(Selection { targets, names: names.to_vec(), printing: printing(args) })
 }
 
+/// Whether stdout is a terminal: there, object text is escaped and cells are measured in columns;
+/// piped, output is exactly kubectl's.
+pub fn on_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stdout())
+}
+
 /// The width to fit tables to: the terminal's, unless stdout is not one or `--wide-cells` was given.
 pub fn fit(args: &SelectArgs) -> Option<usize> {
     crate::output::terminal::stdout_width().filter(|_| !args.wide_cells)

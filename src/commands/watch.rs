@@ -10,7 +10,7 @@ use crate::cluster::changes::Change;
 use crate::cluster::client::Connection;
 use crate::cluster::read::{Column, Item};
 use crate::cluster::stream::ChangeStream;
-use crate::commands::select::{Printing, Selection, fit, select, selectors};
+use crate::commands::select::{Printing, Selection, fit, on_terminal, select, selectors};
 use crate::output::objects::ObjectPrinter;
 use crate::output::table::{Layout, LayoutOptions, TableWriter};
 use crate::output::template::TemplateEvents;
@@ -46,7 +46,7 @@ impl<W: Write> Printer<W> {
         if let Sink::TablePending { out, wide, fit } = std::mem::replace(&mut self.sink, Sink::Closed) {
             let layout = Layout::new(columns, LayoutOptions { wide, ..self.options.clone() });
             let header = (!self.no_headers).then(|| layout.headers().to_vec());
-            let mut table = TableWriter::new(out, header).fit_to(fit);
+            let mut table = TableWriter::new(out, header).fit_to(fit).on_terminal(self.options.escape);
             // The EVENT column is as wide as its widest word from the start, so rows do not shift.
             table.reserve(0, Change::Modified.word().len());
             self.sink = Sink::Table(layout, table);
@@ -95,7 +95,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
     }
     let target = targets.remove(0);
     let shape = printing.shape();
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let terminal = on_terminal();
     let sink = match printing {
         Printing::Table { wide } => Sink::TablePending { out, wide, fit: fit(&args.select) },
         Printing::Objects(format) => Sink::Objects(out, Selection::object_printer(format, &target, &args.select)),

@@ -209,6 +209,13 @@ pub struct TableWriter<W: Write> {
     widths: Vec<usize>,
     /// The terminal's width, when long cells are cut to fit it.
     limit: Option<usize>,
+    /// How wide a cell is: in characters piped, as kubectl's tabwriter counts (a combining accent or a
+    /// wide CJK character counts one); in terminal columns on a terminal, so that columns line up there.
+    width_of: fn(&str) -> usize,
+}
+
+fn characters(text: &str) -> usize {
+    text.chars().count()
 }
 
 /// The narrowest a cell is cut to, however narrow the terminal.
@@ -217,7 +224,13 @@ const MIN_CUT: usize = 8;
 impl<W: Write> TableWriter<W> {
     /// `header: None` prints no header (`--no-headers`).
     pub fn new(out: W, header: Option<Vec<String>>) -> Self {
-        TableWriter { out, header, widths: Vec::new(), limit: None }
+        TableWriter { out, header, widths: Vec::new(), limit: None, width_of: characters }
+    }
+
+    /// Measures cells in terminal columns rather than characters, when stdout is a terminal.
+    pub fn on_terminal(mut self, terminal: bool) -> Self {
+        self.width_of = if terminal { |text| get_text_width(text) } else { characters };
+        self
     }
 
     /// Cuts the widest cells, ending them in `…`, so that rows fit `width` columns where they can
@@ -254,11 +267,11 @@ impl<W: Write> TableWriter<W> {
         self.widths.resize(columns.max(self.widths.len()), 0);
         for record in &records {
             for (i, cell) in record.iter().enumerate().take(columns - 1) {
-                self.widths[i] = self.widths[i].max(get_text_width(cell) + GAP).max(MIN_WIDTH);
+                self.widths[i] = self.widths[i].max((self.width_of)(cell) + GAP).max(MIN_WIDTH);
             }
         }
 
-        let mut last = records.iter().filter_map(|r| r.get(columns - 1)).map(|c| get_text_width(c)).max().unwrap_or(0);
+        let mut last = records.iter().filter_map(|r| r.get(columns - 1)).map(|c| (self.width_of)(c)).max().unwrap_or(0);
         if let Some(limit) = self.limit {
             last = self.fit(limit, columns, last, header.as_ref());
         }
@@ -270,7 +283,7 @@ impl<W: Write> TableWriter<W> {
             for (i, width) in self.widths.iter().enumerate().take(columns - 1) {
                 let cell = self.cut(record.get(i).map_or("", String::as_str), width - GAP);
                 line.push_str(&cell);
-                line.extend(std::iter::repeat_n(' ', width.saturating_sub(get_text_width(&cell))));
+                line.extend(std::iter::repeat_n(' ', width.saturating_sub((self.width_of)(&cell))));
             }
             line.push_str(&self.cut(record.get(columns - 1).map_or("", String::as_str), last));
             writeln!(self.out, "{line}")?;
@@ -299,7 +312,7 @@ impl<W: Write> TableWriter<W> {
     /// more (none narrower than its header, nor than [`MIN_CUT`]). Returns the last column's width.
     fn fit(&mut self, limit: usize, columns: usize, mut last: usize, header: Option<&Vec<String>>) -> usize {
         let floor = |i: usize| {
-            let head = header.and_then(|h| h.get(i)).map_or(0, |h| get_text_width(h));
+            let head = header.and_then(|h| h.get(i)).map_or(0, |h| (self.width_of)(h));
             if i + 1 == columns { head.max(MIN_CUT) } else { (head + GAP).max(MIN_CUT + GAP).max(MIN_WIDTH) }
         };
         loop {
@@ -375,8 +388,15 @@ mod tests {
 
     #[test]
     fn no_header_and_wide_characters() {
+        // Piped, as kubectl's tabwriter counts: characters, so a wide one counts one (and the column is
+        // kubectl's minimum of 6).
         let out = render(&[&[&["日本", "x"], &["ab", "y"]]], None);
-        assert_eq!(out, "日本   x\nab     y\n");
+        assert_eq!(out, "日本    x\nab    y\n");
+        // On a terminal, columns: two each for 日 and 本, none for a combining accent.
+        let mut terminal = TableWriter::new(Vec::new(), None).on_terminal(true);
+        let rows = [["日本", "x"], ["ab", "y"], ["e\u{301}", "z"]].map(|r| r.map(String::from).to_vec());
+        terminal.write_rows(&rows).unwrap();
+        assert_eq!(String::from_utf8(terminal.into_inner()).unwrap(), "日本   x\nab     y\ne\u{301}      z\n");
     }
 
     #[test]

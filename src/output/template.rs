@@ -50,7 +50,7 @@ impl TemplateFormat {
                     .map(|object| columns.row(object, terminal))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(TemplateError)?;
-                TableWriter::new(&mut *out, header).write_rows(&rows)?;
+                TableWriter::new(&mut *out, header).on_terminal(terminal).write_rows(&rows)?;
             }
             TemplateFormat::JsonPath(template) | TemplateFormat::JsonPathAsJson(template) => {
                 let data = match (single, objects) {
@@ -104,7 +104,7 @@ impl<W: Write> TemplateEvents<W> {
             TemplateFormat::Columns(columns) if columns.header_always || !no_headers => Some(columns.headers.clone()),
             _ => None,
         };
-        TemplateEvents { format, table: TableWriter::new(out, header), terminal }
+        TemplateEvents { format, table: TableWriter::new(out, header).on_terminal(terminal), terminal }
     }
 
     /// The objects that exist when the watch starts. kubectl aligns custom columns over all of them and

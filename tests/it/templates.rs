@@ -60,7 +60,7 @@ fn gauges(ns: &Namespace) -> Gauges {
                 "apiVersion": format!("{group}/v1"), "kind": "Gauge",
                 "metadata": {"name": name, "labels": labels},
                 "spec": {"size": size, "ratio": ratio, "label": label, "memory": memory, "enabled": enabled,
-                         "tags": tags, "nested": {"b": [1, {"c": null}], "a": "<&>"}},
+                         "tags": tags, "nested": {"b": [1, {"c": null}], "a": "<&>", "d": "\u{1b}[1mbold\u{a0}x\u{301} it's"}},
             }),
         );
     }
@@ -120,15 +120,20 @@ fn jsonpath_templates_print_like_kubectl() {
     std::fs::write(&file, r#"{range .items[*]}{.metadata.name}={.spec.memory}{"\n"}{end}"#).unwrap();
     same(&g, &ns.0, &["-o", &format!("jsonpath-file={}", file.display())]);
 
-    // A key an object lacks is an error only when asked: the same first line, exit 1.
-    let args = ["-o", "jsonpath={.items[*].nope}", "--allow-missing-template-keys=false"];
-    let (ours, theirs) = (
-        samplectl(&[&["list", &g.resource, "-n", &ns.0][..], &args].concat()),
-        kubectl(&[&["get", &g.resource, "-n", &ns.0][..], &args].concat()),
-    );
-    let first = |run: &Run| run.stderr.lines().next().unwrap_or_default().to_owned();
-    assert_eq!((ours.code, first(&ours)), (theirs.code, first(&theirs)), "{ours:#?}\n{theirs:#?}");
-    assert!(ours.stdout.is_empty(), "{ours:#?}");
+    // A key an object lacks is an error only when asked: exit 1, and kubectl's message down to its Go
+    // dump of the objects (escape sequences, a no-break space and a combining accent in .spec.nested.d).
+    for args in [
+        &["-o", "jsonpath={.items[*].nope}", "--allow-missing-template-keys=false"][..],
+        &["beta", "-o", "jsonpath={.nope}", "--allow-missing-template-keys=false"],
+    ] {
+        let (ours, theirs) = (
+            samplectl(&[&["list", &g.resource, "-n", &ns.0][..], args].concat()),
+            kubectl(&[&["get", &g.resource, "-n", &ns.0][..], args].concat()),
+        );
+        assert_eq!((ours.code, &ours.stderr), (theirs.code, &theirs.stderr), "{ours:#?}\n{theirs:#?}");
+        assert!(ours.stderr.contains("\"d\":\"\\x1b[1mbold\\u00a0x\u{301} it's\""), "{}", ours.stderr);
+        assert!(ours.stdout.is_empty(), "{ours:#?}");
+    }
 
     // A template that does not parse: kubectl's words; a usage error here (exit 2), exit 1 in kubectl.
     for (template, error) in [("{.items[*", "unterminated array"), ("{.a", "unclosed action"), ("", "")] {
