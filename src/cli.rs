@@ -10,6 +10,7 @@ use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueHint};
 use clap_complete::engine::ArgValueCompleter;
+use clap_complete::env::Shells;
 
 use crate::cluster::client::ClientOptions;
 use crate::cluster::resolve::{Gvr, check_resource_name};
@@ -123,7 +124,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct CompletionArgs {
     /// The shell to print the script for
-    #[arg(value_parser = ["bash", "zsh", "fish", "powershell", "elvish"])]
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(Shells::builtins().names()))]
     pub shell: String,
 }
 
@@ -241,7 +242,7 @@ pub struct ReconcileArgs {
 pub struct SelectArgs {
     /// A resource name as kubectl takes it (samples, smp, Sample, deploy, deployments.apps), then
     /// optionally object names; with --gvr, only object names
-    #[arg(value_name = "RESOURCE [NAME]", add = ArgValueCompleter::new(completion::ResourcesAndNames))]
+    #[arg(value_name = "RESOURCE [NAME]", add = ArgValueCompleter::new(completion::resources_and_names))]
     pub names: Vec<String>,
 
     /// The resource as GROUP/VERSION/RESOURCE, or VERSION/RESOURCE for the core group
@@ -450,47 +451,16 @@ fn at_least<const MS: u64>(text: &str) -> Result<Duration, String> {
     crate::duration::at_least(text, Duration::from_millis(MS))
 }
 
-/// What this binary was run as, from the file name it was started by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Invocation {
-    /// `samplectl`, or any name not below.
-    Direct,
-    /// `kubectl-samplectl` (or `kubectl-NAME`): kubectl runs it for `kubectl samplectl ...`.
-    Plugin,
-    /// `kubectl_complete-samplectl` (or `kubectl_complete-NAME`): kubectl runs it for a TAB after
-    /// `kubectl samplectl`.
-    PluginCompleter,
-}
-
-/// The file name this binary was started by, without a directory or `.exe`.
-fn started_as() -> &'static str {
+/// The file name this binary was started by, without a directory or `.exe`: `samplectl`; or
+/// `kubectl-samplectl` when kubectl runs it as its plugin, or `kubectl_complete-samplectl` when kubectl
+/// asks that plugin to complete a word.
+pub fn executable_name() -> &'static str {
     static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     NAME.get_or_init(|| {
         let argv0 = std::env::args_os().next().unwrap_or_default();
         let stem = std::path::Path::new(&argv0).file_stem().map(|s| s.to_string_lossy().into_owned());
         stem.filter(|s| !s.is_empty()).unwrap_or_else(|| "samplectl".to_owned())
     })
-}
-
-pub fn invocation() -> Invocation {
-    Invocation::of(started_as())
-}
-
-impl Invocation {
-    fn of(file_name: &str) -> Invocation {
-        if file_name.starts_with("kubectl_complete-") {
-            Invocation::PluginCompleter
-        } else if file_name.starts_with("kubectl-") {
-            Invocation::Plugin
-        } else {
-            Invocation::Direct
-        }
-    }
-
-    /// The executable's file name, which a shell completes on.
-    pub fn file_name(&self) -> &'static str {
-        started_as()
-    }
 }
 
 /// How a plugin's file name reads on kubectl's command line: `kubectl-samplectl` is `kubectl samplectl`,
@@ -504,7 +474,7 @@ fn plugin_command_line(file_name: &str) -> Option<String> {
 /// errors say `kubectl samplectl ...`, which is what was typed.
 pub fn command() -> clap::Command {
     let command = Cli::command();
-    match plugin_command_line(started_as()) {
+    match plugin_command_line(executable_name()) {
         Some(bin_name) => command.bin_name(bin_name),
         None => command,
     }

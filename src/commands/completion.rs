@@ -22,7 +22,7 @@ use clap_complete::engine::{CompletionCandidate, PathCompleter, ValueCompleter};
 use clap_complete::env::{CompleteEnv, Shells};
 use kube::api::ListParams;
 
-use crate::cli::{self, Invocation};
+use crate::cli::{self, Resource};
 use crate::cluster::client::{self, ClientOptions, Connection};
 use crate::cluster::read::{Shape, Target, list_all};
 use crate::cluster::resolve::{Gvr, gvr_names, resolve_gvr, resolve_names, resource_names};
@@ -49,12 +49,10 @@ fn remember(words: &[OsString]) {
 /// If this run is a completion request, answers it and exits; otherwise returns at once. Called first in
 /// `main`, before anything is printed.
 pub fn answer_if_asked() {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let invocation = cli::invocation();
-    let current_dir = std::env::current_dir().ok();
-    if invocation == Invocation::PluginCompleter {
-        let mut out = std::io::stdout().lock();
-        let code = match plugin_completions(&args[1..], current_dir.as_deref(), &mut out) {
+    if cli::executable_name().starts_with("kubectl_complete-") {
+        let words: Vec<OsString> = std::env::args_os().skip(1).collect();
+        let current_dir = std::env::current_dir().ok();
+        let code = match plugin_completions(&words, current_dir.as_deref(), &mut std::io::stdout().lock()) {
             Ok(()) => 0,
             Err(_) => 1,
         };
@@ -63,14 +61,14 @@ pub fn answer_if_asked() {
     if std::env::var_os(ENV_VAR).is_none_or(|v| v.is_empty() || v == "0") {
         return;
     }
-    let words: Vec<OsString> = args.iter().skip_while(|a| *a != "--").skip(1).cloned().collect();
+    let words: Vec<OsString> = std::env::args_os().skip_while(|a| a != "--").skip(1).collect();
     let index = std::env::var("_CLAP_COMPLETE_INDEX")
         .ok()
         .and_then(|i| i.parse::<usize>().ok())
         .unwrap_or(words.len().saturating_sub(1));
     remember(&words[..index.min(words.len())]);
     let nothing_typed = words.get(index).is_none_or(|word| word.is_empty());
-    CompleteEnv::with_factory(move || definition(nothing_typed)).var(ENV_VAR).bin(invocation.file_name()).complete();
+    CompleteEnv::with_factory(move || definition(nothing_typed)).var(ENV_VAR).bin(cli::executable_name()).complete();
 }
 
 /// The command line to complete against. On an empty word kubectl offers what may come next (a
@@ -118,7 +116,7 @@ fn plugin_completions(words: &[OsString], current_dir: Option<&Path>, out: &mut 
 /// binary by the path it was run as.
 pub fn print_script(shell: &str, out: &mut impl Write) -> Result<()> {
     let shells = Shells::builtins();
-    let completer = shells.completer(shell).ok_or_else(|| anyhow::anyhow!("unknown shell {shell:?}"))?;
+    let completer = shells.completer(shell).expect("clap takes only the shells clap_complete knows");
     let mut path = PathBuf::from(std::env::args_os().next().unwrap_or_else(|| "samplectl".into()));
     if path.components().count() > 1
         && let Ok(dir) = std::env::current_dir()
@@ -126,7 +124,7 @@ pub fn print_script(shell: &str, out: &mut impl Write) -> Result<()> {
         path = dir.join(path);
     }
     let name = cli::command().get_name().to_owned();
-    completer.write_registration(ENV_VAR, &name, cli::invocation().file_name(), &path.to_string_lossy(), out)?;
+    completer.write_registration(ENV_VAR, &name, cli::executable_name(), &path.to_string_lossy(), out)?;
     Ok(())
 }
 
@@ -150,14 +148,10 @@ impl Typed {
         let Some((subcommand, sub)) = matches.subcommand() else {
             return Typed::default();
         };
-        // A global flag may come before the subcommand or after it.
-        let global = |id: &str| one::<String>(sub, id).or_else(|| one::<String>(&matches, id));
+        // clap hands a global flag to the subcommand wherever it was typed, before the subcommand or after.
         Typed {
-            client: ClientOptions {
-                kubeconfig: one::<PathBuf>(sub, "kubeconfig").or_else(|| one::<PathBuf>(&matches, "kubeconfig")),
-                context: global("context"),
-            },
-            namespace: global("namespace"),
+            client: ClientOptions { kubeconfig: one(sub, "kubeconfig"), context: one(sub, "context") },
+            namespace: one(sub, "namespace"),
             all_namespaces: one::<bool>(sub, "all_namespaces").unwrap_or(false),
             subcommand: subcommand.to_owned(),
             gvr: one::<Gvr>(sub, "gvr"),
@@ -194,21 +188,16 @@ fn candidates<'a>(values: impl IntoIterator<Item = String> + 'a, prefix: &'a str
     values.into_iter().filter(|v| v.starts_with(prefix)).map(CompletionCandidate::new).collect()
 }
 
-/// How the resource was named, if it was.
-enum Named<'a> {
-    Gvr(&'a Gvr),
-    Name(&'a str),
-}
-
 /// The object names of a resource, in the namespace typed (or the context's) when it is namespaced, as
 /// kubectl's completion lists them; nothing for several types at once.
-async fn object_names(conn: Connection, named: Named<'_>, namespace: Option<&str>) -> Result<Vec<String>> {
-    let resolved = match named {
-        Named::Gvr(gvr) => resolve_gvr(&conn.client, gvr).await?,
-        Named::Name(name) => match resolve_names(&conn.client, name).await?.as_slice() {
+async fn object_names(conn: Connection, resource: Resource<'_>, namespace: Option<&str>) -> Result<Vec<String>> {
+    let resolved = match resource {
+        Resource::Gvr(gvr) => resolve_gvr(&conn.client, gvr).await?,
+        Resource::Name(name) => match resolve_names(&conn.client, name).await?.as_slice() {
             [one] => one.clone(),
             _ => return Ok(Vec::new()),
         },
+        Resource::Missing => return Ok(Vec::new()),
     };
     let namespace = resolved.namespaced.then(|| namespace.unwrap_or(&conn.default_namespace).to_owned());
     let target = Target { resolved, namespace };
@@ -219,27 +208,22 @@ async fn object_names(conn: Connection, named: Named<'_>, namespace: Option<&str
 /// The `RESOURCE [NAME]...` words of `list` and `watch`: a resource type (several, comma-separated, for
 /// `list`), then object names not typed yet; with --gvr, only names. `watch` takes one name at most, and
 /// no names go with -A.
-#[derive(Clone, Copy)]
-pub struct ResourcesAndNames;
-
-impl ValueCompleter for ResourcesAndNames {
-    fn complete(&self, current: &OsStr) -> Vec<CompletionCandidate> {
-        let current = current.to_string_lossy();
-        let typed = Typed::now();
-        let one_name = typed.subcommand == "watch";
-        let (named, typed_names) = match (&typed.gvr, typed.positionals.as_slice()) {
-            (Some(gvr), names) => (Named::Gvr(gvr), names),
-            (None, [resource, names @ ..]) if !resource.contains(',') => (Named::Name(resource), names),
-            (None, [_, ..]) => return Vec::new(),
-            (None, []) => return resource_types(&typed, &current, !one_name),
-        };
-        if typed.all_namespaces || (one_name && !typed_names.is_empty()) {
-            return Vec::new();
-        }
-        let namespace = typed.namespace.as_deref();
-        let names = from_cluster(&typed, |conn| object_names(conn, named, namespace)).unwrap_or_default();
-        candidates(names.into_iter().filter(|n| !typed_names.contains(n)), &current)
+pub fn resources_and_names(current: &OsStr) -> Vec<CompletionCandidate> {
+    let current = current.to_string_lossy();
+    let typed = Typed::now();
+    let one_name = typed.subcommand == "watch";
+    let (resource, typed_names) = match (&typed.gvr, typed.positionals.as_slice()) {
+        (Some(gvr), names) => (Resource::Gvr(gvr), names),
+        (None, [resource, names @ ..]) if !resource.contains(',') => (Resource::Name(resource), names),
+        (None, [_, ..]) => return Vec::new(),
+        (None, []) => return resource_types(&typed, &current, !one_name),
+    };
+    if typed.all_namespaces || (one_name && !typed_names.is_empty()) {
+        return Vec::new();
     }
+    let namespace = typed.namespace.as_deref();
+    let names = from_cluster(&typed, |conn| object_names(conn, resource, namespace)).unwrap_or_default();
+    candidates(names.into_iter().filter(|n| !typed_names.contains(n)), &current)
 }
 
 /// Resource types, as `kubectl api-resources -o name --verbs=get`; after a comma, the last one of the
@@ -255,10 +239,11 @@ fn resource_types(typed: &Typed, current: &str, several: bool) -> Vec<Completion
     candidates(types.into_iter().map(|t| format!("{done}{t}")), &format!("{done}{last}"))
 }
 
-/// `-n`: the namespaces of the cluster.
+/// `-n`: the namespaces of the cluster (core v1, so one discovery request rather than a search of all).
 pub fn namespaces(current: &OsStr) -> Vec<CompletionCandidate> {
     let typed = Typed::now();
-    let names = from_cluster(&typed, |conn| object_names(conn, Named::Name("namespaces"), None)).unwrap_or_default();
+    let gvr = Gvr { group: String::new(), version: "v1".into(), resource: "namespaces".into() };
+    let names = from_cluster(&typed, |conn| object_names(conn, Resource::Gvr(&gvr), None)).unwrap_or_default();
     candidates(names, &current.to_string_lossy())
 }
 

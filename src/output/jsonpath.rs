@@ -957,8 +957,9 @@ pub fn go_quote(text: &str) -> String {
 }
 
 /// Go's `unicode.IsPrint`: letters, marks, numbers, punctuation, symbols and the ASCII space. Rust's
-/// Debug escaping leaves exactly those classes alone, except a combining mark at the start of a string,
-/// so the character is asked about after another one.
+/// Debug escaping leaves exactly those classes alone (quotes and the backslash aside, which `go_quote`
+/// matches first), except a combining mark at the start of a string, so the character is asked about
+/// after another one.
 fn go_printable(c: char) -> bool {
     let mut probe = [0u8; 8];
     probe[0] = b'a';

@@ -67,14 +67,18 @@ fn gauges(ns: &Namespace) -> Gauges {
     gauges
 }
 
+/// `samplectl list` and `kubectl get` of the Gauges in `ns`, with the same arguments after that.
+fn both(g: &Gauges, ns: &str, args: &[&str]) -> (Run, Run) {
+    (
+        samplectl(&[&["list", &g.resource, "-n", ns][..], args].concat()),
+        kubectl(&[&["get", &g.resource, "-n", ns][..], args].concat()),
+    )
+}
+
 /// Both tools with the same arguments after the command word; their stdout and exit codes must match.
 #[track_caller]
 fn same(g: &Gauges, ns: &str, args: &[&str]) -> Run {
-    let mut ours = vec!["list", &g.resource, "-n", ns];
-    ours.extend_from_slice(args);
-    let mut theirs = vec!["get", &g.resource, "-n", ns];
-    theirs.extend_from_slice(args);
-    let (ours, theirs) = (samplectl(&ours), kubectl(&theirs));
+    let (ours, theirs) = both(g, ns, args);
     assert_eq!(
         (ours.code, &ours.stdout),
         (theirs.code, &theirs.stdout),
@@ -126,10 +130,7 @@ fn jsonpath_templates_print_like_kubectl() {
         &["-o", "jsonpath={.items[*].nope}", "--allow-missing-template-keys=false"][..],
         &["beta", "-o", "jsonpath={.nope}", "--allow-missing-template-keys=false"],
     ] {
-        let (ours, theirs) = (
-            samplectl(&[&["list", &g.resource, "-n", &ns.0][..], args].concat()),
-            kubectl(&[&["get", &g.resource, "-n", &ns.0][..], args].concat()),
-        );
+        let (ours, theirs) = both(&g, &ns.0, args);
         assert_eq!((ours.code, &ours.stderr), (theirs.code, &theirs.stderr), "{ours:#?}\n{theirs:#?}");
         assert!(ours.stderr.contains("\"d\":\"\\x1b[1mbold\\u00a0x\u{301} it's\""), "{}", ours.stderr);
         assert!(ours.stdout.is_empty(), "{ours:#?}");
@@ -145,10 +146,7 @@ fn jsonpath_templates_print_like_kubectl() {
 /// An `-o` value that kubectl refuses (exit 1) is a usage error here (exit 2) in the same words; returns them.
 #[track_caller]
 fn same_usage_error(g: &Gauges, ns: &str, output: &str) -> String {
-    let (ours, theirs) = (
-        samplectl(&["list", &g.resource, "-n", ns, "-o", output]),
-        kubectl(&["get", &g.resource, "-n", ns, "-o", output]),
-    );
+    let (ours, theirs) = both(g, ns, &["-o", output]);
     let said = theirs.stderr.trim().trim_start_matches("error: ").trim_end_matches(',').to_owned();
     assert_eq!((ours.code, theirs.code), (2, 1), "{ours:#?}\n{theirs:#?}");
     assert!(ours.stderr.contains(&said), "samplectl: {}\nkubectl: {said}", ours.stderr);
@@ -210,10 +208,7 @@ fn sort_by_orders_like_kubectl() {
 
     // A path no object has. kubectl's table path loses this error ("No resources found", exit 0); its
     // other printers report it, and samplectl reports it for every output.
-    let (ours, theirs) = (
-        samplectl(&["list", &g.resource, "-n", &ns.0, "--sort-by", ".spec.nope", "-o", "name"]),
-        kubectl(&["get", &g.resource, "-n", &ns.0, "--sort-by", ".spec.nope", "-o", "name"]),
-    );
+    let (ours, theirs) = both(&g, &ns.0, &["--sort-by", ".spec.nope", "-o", "name"]);
     assert_eq!((ours.code, ours.stderr.trim()), (theirs.code, theirs.stderr.trim()), "{ours:#?}\n{theirs:#?}");
     assert_eq!(
         theirs.stderr.trim(),
@@ -222,10 +217,7 @@ fn sort_by_orders_like_kubectl() {
     let table = samplectl(&["list", &g.resource, "-n", &ns.0, "--sort-by", ".spec.nope"]);
     assert_eq!((table.code, table.stderr.trim()), (1, theirs.stderr.trim()), "{table:#?}");
     // Values kubectl cannot order: an error and exit 1 from both (kubectl's is a klog line).
-    let (ours, theirs) = (
-        samplectl(&["list", &g.resource, "-n", &ns.0, "--sort-by", ".spec.enabled", "-o", "name"]),
-        kubectl(&["get", &g.resource, "-n", &ns.0, "--sort-by", ".spec.enabled", "-o", "name"]),
-    );
+    let (ours, theirs) = both(&g, &ns.0, &["--sort-by", ".spec.enabled", "-o", "name"]);
     assert_eq!((ours.code, theirs.code), (1, theirs.code.max(1)), "{ours:#?}\n{theirs:#?}");
     assert!(ours.stderr.contains("unsortable type: bool"), "{ours:#?}");
     assert!(ours.stdout.is_empty() && theirs.stdout.is_empty(), "{ours:#?}\n{theirs:#?}");
