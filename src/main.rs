@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli, stderr_color)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => match error::report(&err, client::server()) {
+        Err(err) => match error::report(&err, error::server()) {
             None => ExitCode::SUCCESS,
             Some((message, code)) => {
                 eprintln!("{}", color::paint_error(&message, stderr_color));

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
@@ -30,14 +30,6 @@ pub struct Connection {
     pub requests: RequestCounter,
     /// When the API server last answered.
     pub answered: LastAnswer,
-}
-
-/// The API server address of this process's connection, kept so an error far from the client (connection
-/// refused, TLS failure) can name the server the way kubectl does.
-static SERVER: OnceLock<String> = OnceLock::new();
-
-pub fn server() -> Option<&'static str> {
-    SERVER.get().map(String::as_str)
 }
 
 /// What samplectl calls itself in requests, as `kubectl/v1.34.4 (linux/amd64)` does.
@@ -94,7 +86,9 @@ impl Connection {
             config.headers.push((http::header::USER_AGENT, value));
         }
         let authority = config.cluster_url.authority().map(|a| a.to_string());
-        let _ = SERVER.set(authority.unwrap_or_else(|| config.cluster_url.to_string()));
+        // Kept so that an error far from the client (connection refused, TLS failure) names the server
+        // the way kubectl does.
+        crate::error::set_server(authority.unwrap_or_else(|| config.cluster_url.to_string()));
         let default_namespace = config.default_namespace.clone();
         let requests = RequestCounter::default();
         let counter = requests.clone();

@@ -145,7 +145,7 @@ async fn find_in_group_version(client: &Client, gvr: &Gvr) -> Result<Option<Reso
     };
     let list: APIResourceList = match listed {
         Ok(list) => list,
-        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+        Err(err) if crate::error::status_code(&err) == Some(404) => return Ok(None),
         Err(err) => return Err(err).context(format!("cannot discover {}", gvr.group_version())),
     };
     let prefix = format!("{}/", gvr.resource);

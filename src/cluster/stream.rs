@@ -207,10 +207,10 @@ impl ChangeStream {
                 self.lines = Some(Box::pin(lines));
                 Ok(None)
             }
-            Err(kube::Error::Api(status)) if status.code == 410 => self.relist().await.map(Some),
+            Err(err) if crate::error::status_code(&err) == Some(410) => self.relist().await.map(Some),
             Err(err) => {
                 let err = anyhow::Error::new(err);
-                if !retryable(&err) {
+                if !crate::error::passes(&err) {
                     return Err(err);
                 }
                 self.pause(&err).await;
@@ -225,7 +225,7 @@ impl ChangeStream {
         let page = loop {
             match list_all(&self.client, &self.target, &self.lp, self.shape).await {
                 Ok(page) => break page,
-                Err(err) if retryable(&err) => self.pause(&err).await,
+                Err(err) if crate::error::passes(&err) => self.pause(&err).await,
                 Err(err) => return Err(err),
             }
         };
@@ -255,16 +255,6 @@ impl ChangeStream {
         tracing::warn!("watch interrupted ({why}); retrying in {:.1}s", delay.as_secs_f64());
         tokio::time::sleep(delay).await;
     }
-}
-
-/// Failures that pass: the server is away, restarting or overloaded. Anything else (forbidden, not
-/// found, bad request) would fail again the same way and is reported.
-fn retryable(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| match cause.downcast_ref::<kube::Error>() {
-        Some(kube::Error::Api(status)) => status.code >= 500 || status.code == 429,
-        Some(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
-        _ => cause.downcast_ref::<std::io::Error>().is_some(),
-    })
 }
 
 #[cfg(test)]

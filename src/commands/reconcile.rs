@@ -1,39 +1,50 @@
-//! `samplectl reconcile`: the flags, as the controller's settings.
+//! `samplectl reconcile`: the flags, split into the controller's settings.
 
 use anyhow::Result;
 
 use crate::cli::ReconcileArgs;
 use crate::cluster::client::Connection;
-use crate::controller::run::{HookSettings, Settings, run as run_controller};
+use crate::controller::leader::{Election, default_identity};
+use crate::controller::run::run as run_controller;
+use crate::controller::settings::{Driver, HookSettings, MetricsServe, Serve, Settings};
 
 pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArgs) -> Result<()> {
-    let settings = Settings {
-        gvr: args.gvr.clone(),
-        namespace: namespace.map(str::to_owned),
-        watch: args.watch,
-        interval: args.interval,
-        concurrency: args.concurrency,
-        resync: args.resync,
-        once: args.once,
-        stats: args.stats,
-        leader_elect: args.leader_elect,
-        leader_election_id: args.leader_election_id.clone(),
-        leader_election_namespace: args.leader_election_namespace.clone(),
-        leader_election_identity: args.leader_election_identity.clone(),
+    let driver = match args.watch {
+        true => Driver::Watch { resync: args.resync },
+        false => Driver::Poll { interval: args.interval, resync: args.resync },
+    };
+    let election = args.leader_elect.then(|| Election {
+        name: args.leader_election_id.clone(),
+        namespace: args.leader_election_namespace.clone().unwrap_or_else(|| conn.default_namespace.clone()),
+        identity: args.leader_election_identity.clone().unwrap_or_else(default_identity),
         lease_duration: args.lease_duration,
         renew_deadline: args.renew_deadline,
         retry_period: args.retry_period,
-        shutdown_timeout: args.shutdown_timeout,
-        health_addr: args.health_addr,
-        metrics_addr: args.metrics_addr,
-        metrics_secure: args.metrics_secure,
-        metrics_cert_dir: args.metrics_cert_dir.clone(),
-        hook: args.hook_target().map(|target| HookSettings {
-            target: target.clone(),
-            timeout: args.hook_timeout,
-            children: args.children.clone(),
-            finalize: args.finalize,
-        }),
+    });
+    let serve = Serve {
+        health: args.health_addr,
+        metrics: args
+            .metrics_addr
+            .map(|addr| MetricsServe { addr, secure: args.metrics_secure.then(|| args.metrics_cert_dir.clone()) }),
+        patience: args.lease_duration,
+        stats: args.stats,
     };
-    run_controller(conn, &settings).await
+    let hook = args.hook_target().map(|target| HookSettings {
+        target: target.clone(),
+        timeout: args.hook_timeout,
+        children: args.children.clone(),
+        finalize: args.finalize,
+    });
+    let settings = Settings {
+        gvr: args.gvr.clone(),
+        namespace: namespace.map(str::to_owned),
+        driver,
+        concurrency: args.concurrency,
+        once: args.once,
+        election,
+        serve,
+        hook,
+        shutdown_timeout: args.shutdown_timeout,
+    };
+    run_controller(conn, settings).await
 }

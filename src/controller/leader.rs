@@ -23,7 +23,7 @@ use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::health::Health;
+use super::serve::health::Health;
 
 #[derive(Debug, Clone)]
 pub struct Election {
@@ -172,7 +172,7 @@ impl Election {
             };
             return match api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(Look::Holding),
-                Err(kube::Error::Api(status)) if status.code == 409 => {
+                Err(err) if crate::error::status_code(&err) == Some(409) => {
                     Ok(Look::HeldByOther("another candidate".into()))
                 }
                 Err(err) => Err(err.into()),
@@ -199,7 +199,9 @@ impl Election {
         // A replace carries the resourceVersion we read: if another candidate wrote in between, ours fails.
         match api.replace(&self.name, &PostParams::default(), &lease).await {
             Ok(_) => Ok(Look::Holding),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Look::HeldByOther(holder.unwrap_or_default())),
+            Err(err) if crate::error::status_code(&err) == Some(409) => {
+                Ok(Look::HeldByOther(holder.unwrap_or_default()))
+            }
             Err(err) => Err(err.into()),
         }
     }

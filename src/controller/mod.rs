@@ -1,25 +1,24 @@
 //! The controller, the only layer that writes to the cluster, and only what it owns. One engine for every
-//! parent type: a sync (`sample`, built in, or a `hook`) says what a parent wants in metacontroller's
-//! terms (`sync`), `children` and `status` decide without a cluster what that means for what exists, and
-//! `engine` writes it safely. The two drivers decide when to call it (`poll`, `watch`); observe mode
-//! reports any resource without a sync; `run` wires in leader election, shutdown, health, metrics and
-//! events.
+//! parent type, in rooms:
+//!
+//! - `rules`: the decisions, without a cluster: which children a parent may have and whose an object is,
+//!   what its status says and when it is written, where it stands with its finalizer.
+//! - `sync`: what says what a parent wants, in metacontroller's terms: the built-in Sample sync or a hook.
+//! - `engine`: one reconcile of one parent: the sync, then the safe writes, status, finalizer and Events,
+//!   and the small stores kept between reconciles (backoff, conflicts, written statuses).
+//! - `drive`: when reconciles happen: the poll and watch drivers, and observe mode for a resource with no
+//!   sync.
+//! - `serve`: `/healthz`, `/readyz` and `/metrics`.
+//! - `leader`: leader election on a Lease.
+//! - `settings` and `run`: the command line's settings, and the wiring of the above.
+//! - `crd`: the embedded Sample CRD, for `install-crd`.
 
-pub mod backoff;
-pub mod children;
 pub mod crd;
+pub mod drive;
 pub mod engine;
-pub mod events;
-pub mod health;
-pub mod hook;
 pub mod leader;
-pub mod metrics;
-pub mod metrics_access;
-pub mod observe;
-pub mod poll;
+pub mod rules;
 pub mod run;
-pub mod sample;
-pub mod status;
+pub mod serve;
+pub mod settings;
 pub mod sync;
-pub mod tls;
-pub mod watch;

@@ -28,11 +28,11 @@ impl EventQueue {
             async move {
                 // Bounded like every other request, so a hung events call cannot hold a publisher for good.
                 let published =
-                    tokio::time::timeout(super::engine::REQUEST_TIMEOUT, recorder.publish(&event, &reference));
+                    tokio::time::timeout(super::request::REQUEST_TIMEOUT, recorder.publish(&event, &reference));
                 let failure = match published.await {
                     Ok(Ok(())) => None,
                     Ok(Err(err)) => Some(crate::error::describe(&err)),
-                    Err(_) => Some(format!("no answer within {}s", super::engine::REQUEST_TIMEOUT.as_secs())),
+                    Err(_) => Some(format!("no answer within {}s", super::request::REQUEST_TIMEOUT.as_secs())),
                 };
                 if let Some(failure) = failure {
                     let object =

@@ -1,23 +1,14 @@
-//! `/healthz` (alive: the API server has not been out of reach for longer than the lease duration) and
-//! `/readyz` (the API server answers now, and either leading with its caches synced or a healthy standby),
-//! and `/metrics`, served over plain HTTP for the kubelet's probes and Prometheus.
+//! What `/healthz` and `/readyz` answer, kept up to date by the drivers and the election: alive while the
+//! API server has not been out of reach (nor the Lease unrenewed) for longer than the lease duration;
+//! ready when the API server answers now and the replica is either leading with its caches synced or a
+//! healthy standby.
 
-use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use axum::Router;
-use axum::http::header::AUTHORIZATION;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::IntoResponse;
-use axum::routing::get;
-
-use super::metrics::Metrics;
-use super::metrics_access::{Decision, MetricsAccess, bearer};
-use super::tls::TlsListener;
 use crate::cluster::requests::LastAnswer;
+use crate::error::out_of_reach;
 
 pub struct Health {
     /// The driver has seen every Sample (poll: a full pass done; watch: the Samples listed at start-up).
@@ -34,11 +25,6 @@ pub struct Health {
     /// How long either may last before this replica is not alive any more, so that the kubelet restarts
     /// it: the lease duration, after which a standby would take over anyway.
     patience: Duration,
-}
-
-/// Whether a failed request says the API server is out of reach: no answer at all, or a 5xx.
-pub fn out_of_reach(err: &kube::Error) -> bool {
-    !matches!(err, kube::Error::Api(status) if status.code < 500)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -121,95 +107,6 @@ impl Health {
             && lock(&self.lease_failing_since).is_none()
             && (self.synced.load(Ordering::Relaxed) || self.standby.load(Ordering::Relaxed))
     }
-}
-
-async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} for {what}"))
-}
-
-pub async fn serve_health(addr: SocketAddr, health: Arc<Health>) -> Result<()> {
-    let live = health.clone();
-    let app = Router::new()
-        .route(
-            "/healthz",
-            get(move || {
-                let health = live.clone();
-                async move {
-                    match health.alive() {
-                        Ok(()) => (StatusCode::OK, "ok".to_owned()),
-                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
-                    }
-                }
-            }),
-        )
-        .route(
-            "/readyz",
-            get(move || {
-                let health = health.clone();
-                async move {
-                    if health.ready() { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
-                }
-            }),
-        );
-    let listener = bind(addr, "health probes").await?;
-    tracing::info!("health probes on http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(())
-}
-
-/// Who may read /metrics when it is served over HTTPS.
-pub struct Secure {
-    pub tls: Arc<rustls::ServerConfig>,
-    pub access: Arc<MetricsAccess>,
-}
-
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-pub async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, secure: Option<Secure>) -> Result<()> {
-    let listener = bind(addr, "metrics").await?;
-    let Some(secure) = secure else {
-        let app = Router::new().route(
-            "/metrics",
-            get(move || {
-                let metrics = metrics.clone();
-                async move { ([("content-type", OPENMETRICS)], metrics.render()) }
-            }),
-        );
-        tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        return Ok(());
-    };
-    let access = secure.access;
-    let app = Router::new().route(
-        "/metrics",
-        get(move |headers: HeaderMap| {
-            let (metrics, access) = (metrics.clone(), access.clone());
-            async move {
-                let token = bearer(headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()));
-                match access.decide(token).await {
-                    Ok(Decision::Allowed) => ([("content-type", OPENMETRICS)], metrics.render()).into_response(),
-                    Ok(Decision::Unauthenticated) => (StatusCode::UNAUTHORIZED, "Unauthorized").into_response(),
-                    Ok(Decision::Forbidden(user)) => (
-                        StatusCode::FORBIDDEN,
-                        format!("Forbidden (user={user}, verb=get, resource=, subresource=, path=/metrics)"),
-                    )
-                        .into_response(),
-                    Err(err) => {
-                        let why = crate::error::describe(&err);
-                        tracing::warn!("metrics: cannot check a scraper's token: {why}");
-                        (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot check the token: {why}")).into_response()
-                    }
-                }
-            }
-        }),
-    );
-    tracing::info!(
-        "metrics on https://{}/metrics (a token allowed to get /metrics is required)",
-        listener.local_addr()?
-    );
-    let listener = TlsListener::new(listener, secure.tls);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(())
 }
 
 #[cfg(test)]

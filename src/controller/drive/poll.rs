@@ -5,7 +5,7 @@
 //! started: one slow parent (or hook) holds one slot, not the next tick, and a parent whose reconcile is
 //! still running is not started again. Failures back off per parent; a parent blocked by someone else's
 //! object is looked at again with a backoff of its own, capped at
-//! [`CONFLICT_RECHECK_MAX`](super::backoff::CONFLICT_RECHECK_MAX), rather than costing a request every
+//! [`CONFLICT_RECHECK_MAX`](crate::controller::engine::backoff::CONFLICT_RECHECK_MAX), rather than costing a request every
 //! tick. Both backoffs live in the context's one store.
 
 use std::collections::hash_map::DefaultHasher;
@@ -20,10 +20,11 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::children::{Observed, controller_of, managed_selector};
-use super::engine::{Context, Done, Failed, Outcome, ReconcileError, bounded, key, uid};
 use crate::cluster::read::pages;
 use crate::cluster::scope;
+use crate::controller::engine::request::{Failed, bounded};
+use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError, key, uid};
+use crate::controller::rules::children::{Observed, controller_of, managed_selector};
 
 pub struct Poll {
     pub ctx: Arc<Context>,
@@ -170,7 +171,7 @@ impl Poll {
             }
             Ok(Done { outcome: Outcome::Finalizing, resync_after, .. }) => {
                 self.ctx.backoff.clear(&uid);
-                let due = Instant::now() + resync_after.unwrap_or(super::engine::FINALIZE_RECHECK);
+                let due = Instant::now() + resync_after.unwrap_or(FINALIZE_RECHECK);
                 state.synced.insert(uid.clone(), (0, due));
                 None
             }

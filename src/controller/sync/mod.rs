@@ -1,15 +1,81 @@
-//! The sync contract every controller speaks: metacontroller's CompositeController sync hook. A request
+//! What says what a parent wants: the built-in Sample sync (`sample`) or a hook (`hook`), both in the terms
+//! of metacontroller's CompositeController sync hook, so the engine has one path for both. A request
 //! holds the parent, the children it controls (keyed `<Kind>.<apiVersion>`, then by name) and whether it
 //! is being finalized; an answer holds the desired status and children, an optional one-time resync, and
-//! for finalizing whether cleaning up is done. The built-in Sample sync answers in the same terms, so the
-//! engine has one path for both. Pure: building requests and reading answers.
+//! for finalizing whether cleaning up is done. Building requests and reading answers is pure.
+
+pub mod hook;
+pub mod sample;
 
 use std::time::Duration;
 
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
-use super::children::{Family, Observed};
+use crate::controller::rules::children::{Family, Observed};
+use crate::controller::rules::status::Style;
+use hook::Hook;
+
+/// A controller's sync.
+pub enum Syncer {
+    /// Samples: [`sample::sync`].
+    Sample,
+    /// A hook, with the controller object every request carries.
+    Hook { hook: Box<Hook>, controller: Value },
+}
+
+impl Syncer {
+    pub fn hook(hook: Hook, family: &Family) -> Self {
+        Syncer::Hook { controller: controller_object(family, "samplectl"), hook: Box::new(hook) }
+    }
+
+    /// How it is named in messages: "the Sample sync", "hook ./sync.sh".
+    pub fn name(&self) -> String {
+        match self {
+            Syncer::Sample => "the Sample sync".into(),
+            Syncer::Hook { hook, .. } => format!("hook {}", hook.target),
+        }
+    }
+
+    /// How long one call may take, on top of the engine's own deadline.
+    pub fn timeout(&self) -> Duration {
+        match self {
+            Syncer::Sample => Duration::ZERO,
+            Syncer::Hook { hook, .. } => hook.timeout,
+        }
+    }
+
+    /// How the status it answers is written: the Sample CRD declares every field of its status, so it is
+    /// applied; a hook's replaces the parent's whole, as metacontroller writes it.
+    pub fn status_style(&self) -> Style {
+        match self {
+            Syncer::Sample => Style::Apply,
+            Syncer::Hook { .. } => Style::Replace,
+        }
+    }
+
+    /// What `parent` wants, given the children it controls; `object` names it in the hook's log lines.
+    pub async fn call(
+        &self,
+        family: &Family,
+        parent: &DynamicObject,
+        children: &Observed,
+        finalizing: bool,
+        now: &str,
+    ) -> Result<Answer, String> {
+        match self {
+            Syncer::Sample => Ok(sample::sync(parent, children, now)),
+            Syncer::Hook { hook, controller } => {
+                let request = request(controller, family, parent, children, finalizing);
+                let object = match parent.metadata.namespace.as_deref() {
+                    Some(ns) => format!("{ns}/{}", parent.metadata.name.as_deref().unwrap_or_default()),
+                    None => parent.metadata.name.clone().unwrap_or_default(),
+                };
+                hook.call(&object, &request).await.map_err(|problem| format!("hook {} {problem}", hook.target))
+            }
+        }
+    }
+}
 
 /// What a sync answered.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -122,7 +188,7 @@ mod tests {
 
     use super::*;
     use crate::cluster::resolve::Resolved;
-    use crate::controller::children::ChildKey;
+    use crate::controller::rules::children::ChildKey;
 
     fn resolved(api_version: &str, kind: &str, plural: &str, namespaced: bool) -> Resolved {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));

@@ -5,9 +5,9 @@
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
-use super::children::{Observed, json_type};
-use super::status::{Readiness, set_ready};
-use super::sync::Answer;
+use super::Answer;
+use crate::controller::rules::children::{Observed, json_type};
+use crate::controller::rules::status::{Readiness, set_ready};
 
 /// Names the Sample a ConfigMap belongs to, so `kubectl get cm -l samples.example.com/name=x` finds it.
 pub const SAMPLE_LABEL: &str = "samples.example.com/name";
@@ -85,7 +85,7 @@ pub fn sync(sample: &DynamicObject, children: &Observed, now: &str) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::status::ready_condition;
+    use crate::controller::rules::status::ready_condition;
 
     fn sample(extra: Value) -> DynamicObject {
         let mut object = json!({

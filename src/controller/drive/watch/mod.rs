@@ -1,0 +1,333 @@
+//! The watch-driven driver: kube-runtime's Controller over the parents (as DynamicObject, with the
+//! discovered ApiResource so owner references match), fed by a watch of the parents and, for each child
+//! type, two more: the children samplectl labels (cached, as controller-runtime caches them, so
+//! reconciling a converged parent sends no request), and the metadata of every other object of that type
+//! (not cached), so that deleting an object that blocks a parent brings that parent back at once.
+//! Bounded concurrency, per-object exponential backoff on errors, and a periodic resync.
+//!
+//! The triggers are made here rather than with kube's `applied_objects` / `owns_stream`, because those
+//! lose objects: kube's reflector buffers a relist and swaps it into the store only at its end, while
+//! `applied_objects` triggers each relisted object at once; the Controller looks each trigger up in the
+//! store, and an object created while the watch was down is not there yet, so its reconcile ends as
+//! "object not found" and nothing triggers it again. After an API server restart that lost hundreds of a
+//! thousand Samples. Here an object is triggered only once the store holds it: a watch event after the
+//! store has applied it, and after a relist every object the new store holds (as kube's shared-store path
+//! does). bench/UPSTREAM.md describes the fix to offer kube-runtime.
+
+mod once;
+mod owners;
+mod triggers;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{StreamExt, stream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
+use kube::discovery::ApiResource;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+
+use crate::cluster::scope;
+use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError, uid};
+use crate::controller::rules::children::{
+    Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector,
+};
+use once::Once;
+use owners::Owners;
+use triggers::{Outage, Seen, triggers};
+
+/// The watch driver's settings.
+pub struct Watch {
+    pub ctx: Arc<Context>,
+    pub namespace: Option<String>,
+    pub concurrency: u16,
+    pub resync: Duration,
+}
+
+type ParentRef = ObjectRef<DynamicObject>;
+type Triggers = BoxStream<'static, ParentRef>;
+
+struct Shared {
+    ctx: Arc<Context>,
+    resync: Duration,
+    stores: Vec<Store<DynamicObject>>,
+    owners: Arc<Mutex<Owners>>,
+}
+
+impl Shared {
+    fn children_of(&self, parent_uid: &str) -> Observed {
+        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        let family = &self.ctx.family;
+        owners
+            .children_of
+            .get(parent_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| {
+                let ar = &family.children[key.kind].ar;
+                let mut reference = ObjectRef::new_with(&key.name, ar.clone());
+                if !key.namespace.is_empty() {
+                    reference = reference.within(&key.namespace);
+                }
+                self.stores[key.kind].get(&reference).map(|child| (key.clone(), (*child).clone()))
+            })
+            .collect()
+    }
+}
+
+/// The parent that controls the object `meta` describes, if one of the parent's type does.
+fn owner(meta: &ObjectMeta, family: &Family) -> Option<(String, ParentRef)> {
+    let (name, uid) = controller_of(meta, &family.parent)?;
+    let mut reference = ObjectRef::new_with(name, family.parent.ar.clone());
+    if family.parent.namespaced {
+        reference = reference.within(meta.namespace.as_deref().unwrap_or_default());
+    }
+    Some((uid.to_owned(), reference))
+}
+
+fn parent_ref(namespace: &str, name: &str, ar: &ApiResource) -> ParentRef {
+    let reference = ObjectRef::new_with(name, ar.clone());
+    if namespace.is_empty() { reference } else { reference.within(namespace) }
+}
+
+fn every_parent(store: &Store<DynamicObject>, ar: &ApiResource) -> Vec<ParentRef> {
+    store.state().iter().map(|s| ObjectRef::from_obj_with(s.as_ref(), ar.clone())).collect()
+}
+
+impl Watch {
+    fn child_namespace(&self, kind: usize) -> Option<&str> {
+        let family = &self.ctx.family;
+        self.namespace.as_deref().filter(|_| family.children[kind].namespaced && family.parent.namespaced)
+    }
+
+    fn child_api(&self, kind: usize) -> Api<DynamicObject> {
+        scope::dynamic(self.ctx.client.clone(), &self.ctx.family.children[kind].ar, self.child_namespace(kind))
+    }
+
+    fn child_metadata_api(&self, kind: usize) -> Api<PartialObjectMeta<DynamicObject>> {
+        let ar = &self.ctx.family.children[kind].ar;
+        scope::dynamic_metadata(self.ctx.client.clone(), ar, self.child_namespace(kind))
+    }
+
+    fn outage(&self, what: String) -> Outage {
+        Outage::new(what, &self.ctx.health)
+    }
+
+    /// The parents blocked by the object of child type `kind` that `meta` describes.
+    fn blocked(ctx: &Context, family: &Family, kind: usize, meta: &ObjectMeta) -> Vec<ParentRef> {
+        let key = family.key(kind, meta);
+        ctx.conflicts.blocked_by(&key).iter().map(|(ns, name)| parent_ref(ns, name, &family.parent.ar)).collect()
+    }
+
+    /// The triggers from child type `kind`'s labelled objects, cached in `writer` and indexed by owner. A
+    /// change to one triggers its parent (and the one that controlled it before, if the controller
+    /// changed); an orphan, the parents it blocks. A relist triggers every parent, because a child
+    /// deleted while the watch was down leaves no event behind.
+    fn labelled_children(
+        &self,
+        kind: usize,
+        writer: Writer<DynamicObject>,
+        parents: &Store<DynamicObject>,
+        owners: &Arc<Mutex<Owners>>,
+        listed: &watch::Sender<Vec<bool>>,
+    ) -> Triggers {
+        let (ctx, family, parents, owners, listed) =
+            (self.ctx.clone(), self.ctx.family.clone(), parents.clone(), owners.clone(), listed.clone());
+        let store = writer.as_reader();
+        let events = watcher(self.child_api(kind), watcher::Config::default().labels(&managed_selector()))
+            .default_backoff()
+            .modify(|child| child.meta_mut().managed_fields = None)
+            .reflect(writer);
+        let outage = self.outage(format!("{}s", family.children[kind].ar.kind));
+        triggers(events, outage, move |seen| {
+            let (object, deleted) = match seen {
+                Seen::Applied(object) => (object, false),
+                Seen::Deleted(object) => (object, true),
+                Seen::Listed => {
+                    let mut owners = owners.lock().unwrap_or_else(|e| e.into_inner());
+                    owners.clear_kind(kind);
+                    for object in store.state() {
+                        if let Some(owner) = owner(&object.metadata, &family) {
+                            owners.set(&family.key(kind, &object.metadata), Some(owner));
+                        }
+                    }
+                    listed.send_modify(|listed| listed[kind] = true);
+                    return every_parent(&parents, &family.parent.ar);
+                }
+            };
+            let owner = owner(&object.metadata, &family);
+            let key = family.key(kind, &object.metadata);
+            let before = owners.lock().unwrap_or_else(|e| e.into_inner()).set(&key, owner.clone().filter(|_| !deleted));
+            let mut triggers: Vec<ParentRef> = before.into_iter().collect();
+            match owner {
+                Some((_, parent)) => triggers.push(parent),
+                None => triggers.extend(Self::blocked(&ctx, &family, kind, &object.metadata)),
+            }
+            triggers
+        })
+    }
+
+    /// The triggers from every other object of child type `kind`, by metadata only and not kept: one
+    /// that appears or goes away where a parent's child would be changes whether that parent is blocked.
+    fn other_objects(&self, kind: usize, parents: &Store<DynamicObject>) -> Triggers {
+        let (ctx, family, parents) = (self.ctx.clone(), self.ctx.family.clone(), parents.clone());
+        let unlabelled = format!("{MANAGED_BY_LABEL}!={MANAGED_BY}");
+        let events =
+            watcher(self.child_metadata_api(kind), watcher::Config::default().labels(&unlabelled)).default_backoff();
+        let outage = self.outage(format!("other {}s", family.children[kind].ar.kind));
+        triggers(events, outage, move |seen| match seen {
+            Seen::Applied(meta) | Seen::Deleted(meta) => Self::blocked(&ctx, &family, kind, &meta.metadata),
+            Seen::Listed => every_parent(&parents, &family.parent.ar),
+        })
+    }
+
+    /// The parents themselves, each triggered once the store holds it (see the module's comment); they
+    /// start flowing once every child cache has its first full list, or every early reconcile would miss
+    /// in it and write (or read) its children through the API server instead.
+    fn parents(
+        &self,
+        writer: Writer<DynamicObject>,
+        once: Option<Arc<Once>>,
+        mut listed: watch::Receiver<Vec<bool>>,
+    ) -> Triggers {
+        let (ctx, ar) = (self.ctx.clone(), self.ctx.family.parent.ar.clone());
+        let store = writer.as_reader();
+        let api = scope::dynamic(self.ctx.client.clone(), &ar, self.namespace.as_deref());
+        let events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|parent| parent.meta_mut().managed_fields = None)
+            .reflect(writer);
+        let outage = self.outage(format!("{}s", ar.kind));
+        let parents = triggers(events, outage, move |seen| match seen {
+            Seen::Applied(parent) => vec![ObjectRef::from_obj_with(&parent, ar.clone())],
+            Seen::Deleted(parent) => {
+                ctx.parent_gone(parent.metadata.uid.as_deref().unwrap_or_default());
+                Vec::new()
+            }
+            Seen::Listed => {
+                // /readyz: this replica has seen every parent.
+                ctx.health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
+                let all = every_parent(&store, &ar);
+                if let Some(once) = &once {
+                    once.listed(&all);
+                }
+                all
+            }
+        });
+        stream::once(async move {
+            let _ = listed.wait_for(|listed| listed.iter().all(|l| *l)).await;
+            parents
+        })
+        .flatten()
+        .boxed()
+    }
+
+    /// Runs until `stop` turns true; with `once`, until every parent of the first full list has been
+    /// reconciled once, and then returns the ones that are not Ready.
+    pub async fn run(&self, once: bool, stop: watch::Receiver<bool>) -> kube::Result<Option<Vec<String>>> {
+        let family = self.ctx.family.clone();
+        let ar = family.parent.ar.clone();
+        let parents_writer = Writer::new(ar.clone());
+        let parents = parents_writer.as_reader();
+        let owners = Arc::new(Mutex::new(Owners::default()));
+        let tracker = once.then(|| Arc::new(Once::new()));
+
+        let (listed, listed_rx) = watch::channel(vec![false; family.children.len()]);
+        let mut stores = Vec::new();
+        let mut triggers: Vec<Triggers> = Vec::new();
+        for kind in 0..family.children.len() {
+            let writer = Writer::new(family.children[kind].ar.clone());
+            stores.push(writer.as_reader());
+            triggers.push(self.labelled_children(kind, writer, &parents, &owners, &listed));
+            triggers.push(self.other_objects(kind, &parents));
+        }
+        triggers.push(self.parents(parents_writer, tracker.clone(), listed_rx));
+        let triggers = stream::select_all(triggers);
+
+        let mut stop_on = stop.clone();
+        let mut done = tracker.as_ref().map(|t| t.done());
+        let shutdown = async move {
+            let finished = async {
+                match done.as_mut() {
+                    Some(done) => drop(done.wait_for(|d| *d).await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = stop_on.wait_for(|s| *s) => {}
+                () = finished => {}
+            }
+        };
+        let shared = Arc::new(Shared { ctx: self.ctx.clone(), resync: self.resync, stores, owners });
+        // The Controller's own trigger stream is never used: every trigger comes through reconcile_on.
+        let no_objects = stream::pending::<Result<DynamicObject, watcher::Error>>();
+        Controller::for_stream_with(no_objects, parents, ar)
+            .reconcile_on(triggers)
+            .with_config(controller::Config::default().concurrency(self.concurrency))
+            .graceful_shutdown_on(shutdown)
+            .run(reconcile, error_policy, shared)
+            .for_each(|result| {
+                let (object, not_ready) = match result {
+                    Ok((object, _)) => (object, None),
+                    Err(controller::Error::ReconcilerFailed(Failure::NotReady(reason, _), object)) => {
+                        (*object, Some(reason))
+                    }
+                    Err(controller::Error::ReconcilerFailed(Failure::Reconcile(err), object)) => {
+                        (*object, Some(format!("{}: {}", err.action, err.message)))
+                    }
+                    // Deleted after it was triggered: nothing left to do.
+                    Err(controller::Error::ObjectNotFound(object)) => (*object, None),
+                    Err(err) => {
+                        tracing::warn!("controller: {err}");
+                        return futures::future::ready(());
+                    }
+                };
+                if let Some(tracker) = &tracker {
+                    tracker.finished(&object, not_ready);
+                }
+                futures::future::ready(())
+            })
+            .await;
+        Ok(tracker.map(|t| t.not_ready()))
+    }
+}
+
+/// Not-Ready outcomes count as failures for `--once`, but are not errors: the parent's status says why,
+/// and the next change to it or its children brings it back.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Reconcile(#[from] ReconcileError),
+    #[error("not Ready ({0})")]
+    NotReady(String, Option<Duration>),
+}
+
+fn next(resync: Duration, after: Option<Duration>) -> Action {
+    Action::requeue(after.map_or(resync, |after| after.min(resync)))
+}
+
+async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Failure> {
+    let children = shared.children_of(&uid(&parent));
+    let Done { outcome, resync_after, .. } = shared.ctx.reconcile(&parent, children).await?;
+    match outcome {
+        Outcome::NotReady(reason) | Outcome::Conflict(reason) => Err(Failure::NotReady(reason, resync_after)),
+        Outcome::Finalizing => Ok(Action::requeue(resync_after.unwrap_or(FINALIZE_RECHECK))),
+        Outcome::Ready | Outcome::Deleting => Ok(next(shared.resync, resync_after)),
+    }
+}
+
+fn error_policy(parent: Arc<DynamicObject>, failure: &Failure, shared: Arc<Shared>) -> Action {
+    match failure {
+        Failure::NotReady(_, after) => next(shared.resync, *after),
+        Failure::Reconcile(err) => {
+            let delay = shared.ctx.failed(&parent);
+            tracing::warn!("{err}; retrying in {}s", delay.as_secs());
+            Action::requeue(delay)
+        }
+    }
+}

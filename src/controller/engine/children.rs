@@ -1,0 +1,186 @@
+//! Writing and deleting one parent's children so that no interleaving can take over or delete an object
+//! that is not the parent's: a missing child is created with a POST, which fails if the name was taken in
+//! the meantime; an existing one is updated or deleted only with its uid and resourceVersion as
+//! preconditions, so that an object which changed hands (or just changed) since it was read is never
+//! touched. Either refusal sends samplectl back to the API server for the object as it is, and the
+//! decision (`rules::children::action`) is made again.
+
+use std::collections::BTreeMap;
+
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use serde_json::Value;
+
+use super::request::{Failed, bounded};
+use super::{Applied, Context, failure, key, place, uid};
+use crate::controller::rules::FIELD_MANAGER;
+use crate::controller::rules::children::{ChildAction, ChildKey, Observed, action, conflict_message, controlled_by};
+use crate::controller::rules::status::Readiness;
+
+/// What writing one child came to.
+enum ChildOutcome {
+    Unchanged,
+    Created,
+    Updated,
+    /// An object of that name is not this parent's: why.
+    Conflict(String),
+}
+
+impl Context {
+    /// Writes every desired child that differs from what the parent has, and deletes the children it
+    /// controls and no longer wants. Goes on past a failure, so that one bad child does not hold up the
+    /// others; the first failure is kept for the reconcile to report.
+    pub(super) async fn apply_children(
+        &self,
+        parent: &DynamicObject,
+        children: &Observed,
+        desired: &BTreeMap<ChildKey, Value>,
+    ) -> Applied {
+        let object = key(parent);
+        let parent_uid = uid(parent);
+        let known_conflicts = self.conflicts.of(&parent_uid);
+        let mut applied = Applied::default();
+        for (key, body) in desired {
+            let kind = self.family.children[key.kind].ar.kind.clone();
+            let mut seen = children.get(key).cloned();
+            // Last time someone else's object was in the way: read it rather than send a create bound to fail.
+            if seen.is_none() && known_conflicts.contains(key) {
+                match bounded(self.child_api(key.kind, &key.namespace).get_opt(&key.name)).await {
+                    Ok(found) => seen = found,
+                    Err(failed) => {
+                        applied.failure.get_or_insert(failure(&object, &format!("reading its {kind}"), failed));
+                        continue;
+                    }
+                }
+            }
+            match self.write_child(parent, key, body, seen).await {
+                Ok(ChildOutcome::Unchanged) => {}
+                Ok(outcome @ (ChildOutcome::Created | ChildOutcome::Updated)) => {
+                    let word = if matches!(outcome, ChildOutcome::Created) { "created" } else { "updated" };
+                    applied.wrote = true;
+                    self.changed(parent, &kind, key, word);
+                }
+                Ok(ChildOutcome::Conflict(why)) => {
+                    applied.conflicts.insert(key.clone());
+                    applied.problem.get_or_insert(Readiness::not_ready(&format!("{kind}Conflict"), why));
+                }
+                Err((action, failed)) => {
+                    let message = failed.message();
+                    // Named as a Sample's ConfigMap always was: by name, unless it lives elsewhere.
+                    let name = match key.namespace == parent.metadata.namespace.clone().unwrap_or_default() {
+                        true => key.name.clone(),
+                        false => key.to_string(),
+                    };
+                    applied.problem =
+                        Some(Readiness::not_ready("ApplyFailed", format!("cannot write {kind} {name}: {message}")));
+                    applied.failure.get_or_insert(super::ReconcileError { object: object.clone(), action, message });
+                }
+            }
+        }
+        for (key, child) in children {
+            if desired.contains_key(key) {
+                continue;
+            }
+            let kind = self.family.children[key.kind].ar.kind.clone();
+            match self.delete_child(&parent_uid, key, child).await {
+                Ok(true) => {
+                    applied.wrote = true;
+                    self.changed(parent, &kind, key, "deleted");
+                }
+                Ok(false) => {}
+                Err(failed) => {
+                    applied.failure.get_or_insert(failure(&object, &format!("deleting its {kind}"), failed));
+                }
+            }
+        }
+        applied
+    }
+
+    /// Writes one child: the copy in hand decides first, then the live object at most twice, so that an
+    /// object which changes under every attempt is left to the retry backoff rather than fought over.
+    async fn write_child(
+        &self,
+        parent: &DynamicObject,
+        key: &ChildKey,
+        desired: &Value,
+        seen: Option<DynamicObject>,
+    ) -> Result<ChildOutcome, (String, Failed)> {
+        let api = self.child_api(key.kind, &key.namespace);
+        let parent_uid = uid(parent);
+        let kind = &self.family.children[key.kind].ar.kind;
+        let mut seen = seen;
+        for attempt in 0..3 {
+            let planned = action(seen.as_ref(), desired, &parent_uid);
+            let result = match planned {
+                ChildAction::None => return Ok(ChildOutcome::Unchanged),
+                ChildAction::Conflict => {
+                    let existing = seen.as_ref().expect("a conflict is with an object");
+                    let why = conflict_message(&existing.metadata, key, kind, parent, &self.family);
+                    return Ok(ChildOutcome::Conflict(why));
+                }
+                ChildAction::Create => {
+                    let object: DynamicObject = serde_json::from_value(desired.clone())
+                        .map_err(|err| (format!("writing its {kind}"), Failed::Api(kube::Error::SerdeError(err))))?;
+                    let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
+                    bounded(api.create(&params, &object)).await.map(|_| ChildOutcome::Created)
+                }
+                ChildAction::Update => {
+                    let current = seen.as_ref().map(|o| &o.metadata);
+                    let mut body = desired.clone();
+                    body["metadata"]["uid"] = current.and_then(|m| m.uid.clone()).into();
+                    body["metadata"]["resourceVersion"] = current.and_then(|m| m.resource_version.clone()).into();
+                    let params = PatchParams::apply(FIELD_MANAGER).force();
+                    bounded(api.patch(&key.name, &params, &Patch::Apply(&body))).await.map(|_| ChildOutcome::Updated)
+                }
+            };
+            match result {
+                Ok(outcome) => return Ok(outcome),
+                // A create's 409: the name was taken. An update's 409: the object is not the version read,
+                // or is gone (uid mismatch); its 422: replaced by one with another uid (immutable). Either
+                // way, look again, unless out of tries.
+                Err(failed)
+                    if attempt < 2
+                        && (failed.status() == Some(409)
+                            || (planned == ChildAction::Update && matches!(failed.status(), Some(404 | 422)))) =>
+                {
+                    if planned == ChildAction::Create {
+                        self.conflicts.note(&parent_uid, place(parent), key);
+                    }
+                    seen = bounded(api.get_opt(&key.name)).await.map_err(|f| (format!("reading its {kind}"), f))?;
+                }
+                Err(failed) => return Err((format!("writing its {kind}"), failed)),
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    /// Deletes a child the parent controls and no longer wants, only as it was read: if it changed since
+    /// (perhaps into someone else's), it is read again and deleted only if still the parent's.
+    async fn delete_child(&self, parent_uid: &str, key: &ChildKey, seen: &DynamicObject) -> Result<bool, Failed> {
+        let api = self.child_api(key.kind, &key.namespace);
+        let mut seen = seen.clone();
+        for attempt in 0..2 {
+            if !controlled_by(&seen.metadata, parent_uid) {
+                return Ok(false);
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: seen.metadata.uid.clone(),
+                    resource_version: seen.metadata.resource_version.clone(),
+                }),
+                ..DeleteParams::background()
+            };
+            match bounded(api.delete(&key.name, &params)).await {
+                Ok(_) => return Ok(true),
+                Err(failed) if failed.status() == Some(404) => return Ok(false),
+                Err(failed) if failed.status() == Some(409) && attempt == 0 => {
+                    match bounded(api.get_opt(&key.name)).await? {
+                        Some(fresh) if fresh.metadata.uid == seen.metadata.uid => seen = fresh,
+                        _ => return Ok(false),
+                    }
+                }
+                Err(failed) => return Err(failed),
+            }
+        }
+        Ok(false)
+    }
+}

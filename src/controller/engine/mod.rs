@@ -1,0 +1,359 @@
+//! One reconcile of one parent, shared by both drivers and by every kind of sync: take the finalizer's
+//! step, ask the sync what the parent wants, then make the world match with the safe writes that never
+//! take over an object that is not the parent's (`children`), a status written only when it changes
+//! (`status`), and an Event when something changed or failed (`events`), all within a deadline. It
+//! decides nothing about when to run: that is the drivers' job. What it remembers between reconciles
+//! lives in small stores: retry timing (`backoff`), the objects in a parent's way (`conflicts`) and the
+//! statuses it wrote (`written`).
+
+pub mod backoff;
+mod children;
+pub mod conflicts;
+pub mod events;
+mod finalizer;
+pub mod request;
+mod status;
+pub mod written;
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+use serde_json::Value;
+
+use super::rules::children::{ChildKey, Family, Observed, controlled_by};
+use super::rules::finalizer::{self as finalizer_rules, Step};
+use super::rules::status::{Readiness, summary};
+use super::serve::health::Health;
+use super::serve::metrics::Metrics;
+use super::sync::{Answer, Syncer};
+use crate::cluster::scope;
+use backoff::Backoff;
+use conflicts::Conflicts;
+use events::EventQueue;
+use request::Failed;
+use written::WrittenStatuses;
+
+/// How long one parent's writes (a few requests) may take before the reconcile counts as failed; a
+/// hook's own time comes on top.
+pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
+/// While a hook has not yet said `finalized`, how soon it is asked again when it gave no resyncAfterSeconds.
+pub const FINALIZE_RECHECK: Duration = Duration::from_secs(5);
+
+/// How one reconcile of a parent ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Synced, and the status's Ready condition (if it has one) is True.
+    Ready,
+    /// Synced, and the status's Ready condition is False for a reason of the parent's own: the status says
+    /// why, and this is the reason it gives. Not a failure to retry.
+    NotReady(String),
+    /// An object a child would be is someone else's; nothing will change that but a change to that
+    /// object, which the watch driver hears of and the poll driver checks with backoff.
+    Conflict(String),
+    /// Being deleted, and nothing (more) for samplectl to do: garbage collection removes the children.
+    Deleting,
+    /// Being deleted, and the hook has not yet said it is done cleaning up.
+    Finalizing,
+}
+
+/// An outcome, when the sync asked to be called again, and whether anything was written: a reconcile
+/// that wrote nothing says its inputs already were what the parent wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    pub outcome: Outcome,
+    pub resync_after: Option<Duration>,
+    pub wrote: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{object}: {action}: {message}")]
+pub struct ReconcileError {
+    pub object: String,
+    pub action: String,
+    /// What went wrong, as a person reads it (kubectl's wording for server errors).
+    pub message: String,
+}
+
+/// What writing and deleting one parent's children came to.
+#[derive(Default)]
+struct Applied {
+    wrote: bool,
+    /// What the status's `Ready` must say about the children: a conflict, a failed write.
+    problem: Option<Readiness>,
+    /// The objects in the way of its children.
+    conflicts: HashSet<ChildKey>,
+    /// The first failure, which fails the reconcile once the status has said what it could.
+    failure: Option<ReconcileError>,
+}
+
+/// One controller: the parent and child types, what syncs a parent, and whether it finalizes.
+pub struct Definition {
+    pub family: Family,
+    pub sync: Syncer,
+    /// With `--finalize`: samplectl's finalizer is put on each parent, so that the hook sees its deletion.
+    pub finalize: bool,
+}
+
+/// What every reconcile needs: the client, the parent and child types, the sync, the event queue, and
+/// the stores both drivers share.
+pub struct Context {
+    pub client: Client,
+    pub family: Family,
+    sync: Syncer,
+    /// With `--finalize`: samplectl's finalizer is put on each parent, so that the hook sees its deletion.
+    finalize: bool,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    pub backoff: Backoff,
+    pub conflicts: Conflicts,
+    written: WrittenStatuses,
+    events: EventQueue,
+}
+
+pub fn key(object: &DynamicObject) -> String {
+    match object.metadata.namespace.as_deref() {
+        Some(ns) => format!("{ns}/{}", object.metadata.name.as_deref().unwrap_or_default()),
+        None => object.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+pub fn uid(object: &DynamicObject) -> String {
+    object.metadata.uid.clone().unwrap_or_default()
+}
+
+/// A parent's namespace (empty when cluster-scoped) and name.
+fn place(parent: &DynamicObject) -> (String, String) {
+    (parent.metadata.namespace.clone().unwrap_or_default(), parent.metadata.name.clone().unwrap_or_default())
+}
+
+fn now() -> String {
+    Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH).to_string()
+}
+
+fn failure(object: &str, action: &str, failed: Failed) -> ReconcileError {
+    ReconcileError { object: object.to_owned(), action: action.to_owned(), message: failed.message() }
+}
+
+impl Context {
+    pub fn new(client: Client, definition: Definition, metrics: Arc<Metrics>, health: Arc<Health>) -> Self {
+        let Definition { family, sync, finalize } = definition;
+        let reporter = Reporter { controller: "samplectl".into(), instance: hostname() };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Context {
+            client,
+            family,
+            sync,
+            finalize,
+            metrics,
+            health,
+            backoff: Backoff::default(),
+            conflicts: Conflicts::default(),
+            written: WrittenStatuses::default(),
+            events: EventQueue::new(recorder),
+        }
+    }
+
+    pub fn sync(&self) -> &Syncer {
+        &self.sync
+    }
+
+    /// Counts a failure of `parent` and says how long to wait before trying it again.
+    pub fn failed(&self, parent: &DynamicObject) -> Duration {
+        self.backoff.failed(&uid(parent))
+    }
+
+    /// The parent with this uid is gone: forget everything kept for it.
+    pub fn parent_gone(&self, parent_uid: &str) {
+        self.written.forget(parent_uid);
+        self.backoff.clear(parent_uid);
+        self.conflicts.forget(parent_uid);
+    }
+
+    fn event(&self, parent: &DynamicObject, type_: EventType, reason: &str, note: String) {
+        let event =
+            Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        self.events.send(event, parent.object_ref(&self.family.parent.ar));
+    }
+
+    /// Sends the events still queued; called once reconciling has stopped.
+    pub async fn flush_events(&self) {
+        self.events.flush(Duration::from_secs(5)).await;
+    }
+
+    /// Makes the world match one parent, writing only what differs, within [`RECONCILE_TIMEOUT`] (plus the
+    /// hook's own timeout). `children` are the parent's children as a driver holds them (from a list or a
+    /// watch cache, so perhaps behind the API server); when they say nothing needs writing, no request is
+    /// made.
+    pub async fn reconcile(&self, parent: &DynamicObject, children: Observed) -> Result<Done, ReconcileError> {
+        let started = std::time::Instant::now();
+        self.metrics.in_flight.inc();
+        let deadline = RECONCILE_TIMEOUT + self.sync.timeout();
+        let result = match tokio::time::timeout(deadline, self.reconcile_once(parent, children)).await {
+            Ok(result) => result,
+            Err(_) => Err(ReconcileError {
+                object: key(parent),
+                action: "reconciling".into(),
+                message: format!("did not finish within {}s", deadline.as_secs()),
+            }),
+        };
+        self.metrics.in_flight.dec();
+        let label = match &result {
+            Ok(Done { outcome: Outcome::Ready, .. }) => "ready",
+            Ok(Done { outcome: Outcome::NotReady(_) | Outcome::Conflict(_), .. }) => "not_ready",
+            Ok(Done { outcome: Outcome::Deleting | Outcome::Finalizing, .. }) => "deleting",
+            Err(_) => "error",
+        };
+        self.metrics.reconciled(label, started.elapsed());
+        result
+    }
+
+    fn child_api(&self, kind: usize, namespace: &str) -> Api<DynamicObject> {
+        let child = &self.family.children[kind];
+        let namespace = (child.namespaced && !namespace.is_empty()).then_some(namespace);
+        scope::dynamic(self.client.clone(), &child.ar, namespace)
+    }
+
+    fn parent_api(&self, parent: &DynamicObject) -> Api<DynamicObject> {
+        scope::dynamic(self.client.clone(), &self.family.parent.ar, parent.metadata.namespace.as_deref())
+    }
+
+    async fn reconcile_once(&self, parent: &DynamicObject, observed: Observed) -> Result<Done, ReconcileError> {
+        let object = key(parent);
+        let stop = |wrote| Ok(Done { outcome: Outcome::Deleting, resync_after: None, wrote });
+
+        let mut parent = Cow::Borrowed(parent);
+        let mut wrote = false;
+        let holds = finalizer_rules::holds(parent.metadata.finalizers.as_deref());
+        let step = finalizer_rules::step(self.finalize, holds, parent.metadata.deletion_timestamp.is_some());
+        match step {
+            Step::Stop => return stop(false),
+            Step::AddThenSync => {
+                let added =
+                    self.add_finalizer(&parent).await.map_err(|f| failure(&object, "adding its finalizer", f))?;
+                parent = Cow::Owned(added);
+                wrote = true;
+            }
+            Step::RemoveThenSync | Step::RemoveThenStop => {
+                self.remove_finalizer(&parent).await.map_err(|f| failure(&object, "removing its finalizer", f))?;
+                if step == Step::RemoveThenStop {
+                    return stop(true);
+                }
+                wrote = true;
+            }
+            Step::Sync | Step::Finalize => {}
+        }
+        let finalizing = step == Step::Finalize;
+
+        // Only what the driver's copy shows. Nothing samplectl wrote is remembered on top of it: such a
+        // memory goes stale when the driver sees the write and a later change (a child taken over) before
+        // the write's answer is back, and then hides that change. A copy that is behind costs at most a
+        // refused create or update and one GET.
+        let parent_uid = uid(&parent);
+        let mut children = observed;
+        children.retain(|_, child| controlled_by(&child.metadata, &parent_uid));
+
+        let answer = match self.sync.call(&self.family, &parent, &children, finalizing, &now()).await {
+            Ok(answer) => answer,
+            Err(problem) => return Err(self.sync_failed(&parent, problem)),
+        };
+        let desired = self.desired_children(&parent, &answer)?;
+        let applied = self.apply_children(&parent, &children, &desired).await;
+        wrote |= applied.wrote;
+        self.conflicts.set(&parent_uid, place(&parent), applied.conflicts.clone());
+
+        let (status, status_written) = self
+            .write_status(&parent, answer.status.clone(), applied.problem.as_ref())
+            .await
+            .map_err(|f| failure(&object, "writing its status", f))?;
+        wrote |= status_written;
+        if let Some(failure) = applied.failure {
+            return Err(failure);
+        }
+        self.backoff.recovered(&parent_uid);
+
+        if finalizing {
+            if !answer.finalized {
+                let resync_after = Some(answer.resync_after.unwrap_or(FINALIZE_RECHECK));
+                return Ok(Done { outcome: Outcome::Finalizing, resync_after, wrote });
+            }
+            self.remove_finalizer(&parent).await.map_err(|f| failure(&object, "removing its finalizer", f))?;
+            tracing::info!(
+                namespace = parent.metadata.namespace.as_deref(),
+                name = parent.metadata.name.as_deref(),
+                outcome = "finalized",
+                "{object}: finalized"
+            );
+            return stop(true);
+        }
+        let outcome = match summary(&status) {
+            Some(readiness) if !readiness.ready && !applied.conflicts.is_empty() => Outcome::Conflict(readiness.reason),
+            Some(readiness) if !readiness.ready => Outcome::NotReady(readiness.reason),
+            _ => Outcome::Ready,
+        };
+        Ok(Done { outcome, resync_after: answer.resync_after, wrote })
+    }
+
+    /// The children the sync answered, each checked and marked as the parent's; the whole answer is
+    /// refused if one of them cannot be, or one is answered twice.
+    fn desired_children(
+        &self,
+        parent: &DynamicObject,
+        answer: &Answer,
+    ) -> Result<BTreeMap<ChildKey, Value>, ReconcileError> {
+        let mut desired = BTreeMap::new();
+        for child in &answer.children {
+            let (key, body) = self.family.own(parent, child).map_err(|problem| {
+                self.sync_failed(parent, format!("{} answered a child samplectl refuses: {problem}", self.sync.name()))
+            })?;
+            if desired.insert(key.clone(), body).is_some() {
+                let kind = &self.family.children[key.kind].ar.kind;
+                return Err(self.sync_failed(parent, format!("{} answered {kind} {key} twice", self.sync.name())));
+            }
+        }
+        Ok(desired)
+    }
+
+    /// The sync could not be used: nothing is changed for this parent; a log line, a Warning event, and
+    /// the driver's backoff.
+    fn sync_failed(&self, parent: &DynamicObject, message: String) -> ReconcileError {
+        self.event(parent, EventType::Warning, "HookFailed", message.clone());
+        ReconcileError { object: key(parent), action: "syncing".into(), message }
+    }
+
+    /// A child was created, updated or deleted: a log line and a Normal event.
+    fn changed(&self, parent: &DynamicObject, kind: &str, child: &ChildKey, word: &str) {
+        let object = key(parent);
+        tracing::info!(
+            namespace = parent.metadata.namespace.as_deref(),
+            name = parent.metadata.name.as_deref(),
+            child = child.to_string(),
+            outcome = word,
+            "{object}: {} {word}",
+            if child.name == parent.metadata.name.as_deref().unwrap_or_default() {
+                kind.to_lowercase()
+            } else {
+                format!("{} {}", kind.to_lowercase(), child.name)
+            }
+        );
+        let reason = format!("{kind}{}", capitalized(word));
+        self.event(parent, EventType::Normal, &reason, format!("{kind} {} {word}", child.name));
+    }
+}
+
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+fn hostname() -> Option<String> {
+    std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
+        .filter(|h| !h.is_empty())
+}

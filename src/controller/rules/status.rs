@@ -1,0 +1,243 @@
+//! A parent's status, decided without a cluster: the `Ready` condition (whose `lastTransitionTime` moves
+//! only when its status flips), `observedGeneration`, whether a status needs writing at all, and how it
+//! is written. Both the built-in Sample sync and the engine (which reports conflicts and failed writes in
+//! `Ready`) use it, so a hook's parent and a Sample read the same way.
+
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::FIELD_MANAGER;
+
+pub const READY: &str = "Ready";
+
+/// What the `Ready` condition says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    pub ready: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Readiness {
+    pub fn ready(reason: &str, message: impl Into<String>) -> Self {
+        Readiness { ready: true, reason: reason.into(), message: message.into() }
+    }
+
+    pub fn not_ready(reason: &str, message: impl Into<String>) -> Self {
+        Readiness { ready: false, reason: reason.into(), message: message.into() }
+    }
+}
+
+/// The `Ready` condition a status holds, if any.
+pub fn ready_condition(status: &Value) -> Option<&Value> {
+    status["conditions"].as_array()?.iter().find(|c| c["type"] == READY)
+}
+
+/// `status` with `observedGeneration` set, and `Ready` set to `readiness`. The transition time is the
+/// one `current` (the status the parent holds now) gives, unless the condition's status flips.
+pub fn set_ready(status: &mut Value, current: &Value, readiness: &Readiness, generation: i64, now: &str) {
+    let flag = if readiness.ready { "True" } else { "False" };
+    let transition = match ready_condition(current) {
+        Some(c) if c["status"] == flag => c["lastTransitionTime"].as_str().unwrap_or(now).to_owned(),
+        _ => now.to_owned(),
+    };
+    let condition = json!({
+        "type": READY,
+        "status": flag,
+        "reason": readiness.reason,
+        "message": readiness.message,
+        "lastTransitionTime": transition,
+        "observedGeneration": generation,
+    });
+    if !status.is_object() {
+        *status = json!({});
+    }
+    status["observedGeneration"] = generation.into();
+    match status["conditions"].as_array_mut() {
+        Some(conditions) => match conditions.iter_mut().find(|c| c["type"] == READY) {
+            Some(existing) => *existing = condition,
+            None => conditions.push(condition),
+        },
+        None => status["conditions"] = json!([condition]),
+    }
+}
+
+/// Compares two statuses leaving out every condition's `lastTransitionTime`: two reconciles of the same
+/// parent a second apart compute different times for the same transition.
+pub fn same_status(a: &Value, b: &Value) -> bool {
+    let strip = |status: &Value| {
+        let mut status = status.clone();
+        for condition in status["conditions"].as_array_mut().into_iter().flatten() {
+            if let Some(condition) = condition.as_object_mut() {
+                condition.remove("lastTransitionTime");
+            }
+        }
+        status
+    };
+    strip(a) == strip(b)
+}
+
+/// The status to write for a parent whose status is `current`: the sync's answer (an empty status when it
+/// gave none, as metacontroller takes it) with `observedGeneration`, and a problem with the children (a
+/// conflict, a failed write), if any, in `Ready`.
+pub fn desired(
+    answered: Option<Value>,
+    current: &Value,
+    problem: Option<&Readiness>,
+    generation: i64,
+    now: &str,
+) -> Value {
+    let mut status = answered.unwrap_or_else(|| json!({}));
+    if !status.is_object() {
+        status = json!({});
+    }
+    status["observedGeneration"] = generation.into();
+    if let Some(problem) = problem {
+        set_ready(&mut status, current, problem, generation, now);
+    }
+    status
+}
+
+/// A status samplectl wrote: from which version of the parent it was computed, what was asked, and what
+/// the server kept (which may differ: fields pruned by the schema, defaults added).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    pub from_version: String,
+    pub desired: Value,
+    pub stored: Value,
+}
+
+/// Whether `desired` must be written to a parent at resourceVersion `version` whose status is `current`,
+/// given what was last written for it. Not when the parent already says it; nor when the same status was
+/// written from this very version (a driver handed the version again before its cache saw the write) or
+/// the parent holds what the server kept of it (a schema pruned part of what was written).
+pub fn needs_write(desired: &Value, current: &Value, version: &str, last: Option<&Written>) -> bool {
+    if same_status(desired, current) {
+        return false;
+    }
+    !last.is_some_and(|w| {
+        same_status(&w.desired, desired) && (w.from_version == version || same_status(&w.stored, current))
+    })
+}
+
+/// How a status reaches a parent's status subresource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// Server-side apply: for a CRD that declares every field of the status (the Sample CRD).
+    Apply,
+    /// Replaced whole by a JSON patch, as metacontroller writes a hook's status. Apply would refuse a
+    /// field the CRD's schema does not declare (`observedGeneration` in many); a JSON patch has it pruned,
+    /// as any update would. "add" replaces a status that is there.
+    Replace,
+}
+
+/// The request that writes `status` to the parent `(api_version, kind, namespace, name)` in `style`.
+pub fn patch(
+    style: Style,
+    (api_version, kind): (&str, &str),
+    parent: (Option<&str>, &str),
+    status: &Value,
+) -> (Patch<Value>, PatchParams) {
+    let (namespace, name) = parent;
+    match style {
+        Style::Apply => {
+            let body = json!({
+                "apiVersion": api_version,
+                "kind": kind,
+                "metadata": { "name": name, "namespace": namespace },
+                "status": status,
+            });
+            (Patch::Apply(body), PatchParams::apply(FIELD_MANAGER).force())
+        }
+        Style::Replace => {
+            let patch: json_patch::Patch =
+                serde_json::from_value(json!([{"op": "add", "path": "/status", "value": status}]))
+                    .expect("a well-formed JSON patch");
+            (Patch::Json(patch), PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() })
+        }
+    }
+}
+
+/// A status as it reads in a log line: the Ready condition if there is one.
+pub fn summary(status: &Value) -> Option<Readiness> {
+    let condition = ready_condition(status)?;
+    Some(Readiness {
+        ready: condition["status"] == "True",
+        reason: condition["reason"].as_str().unwrap_or_default().to_owned(),
+        message: condition["message"].as_str().unwrap_or_default().to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_moves_its_transition_time_only_on_a_flip() {
+        let mut first = json!({});
+        set_ready(&mut first, &json!(null), &Readiness::ready("Fine", "all good"), 2, "2026-01-01T00:00:00Z");
+        assert_eq!(first["observedGeneration"], 2);
+        assert_eq!(first["conditions"][0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+
+        let mut again = json!({});
+        set_ready(&mut again, &first, &Readiness::ready("Fine", "new words"), 3, "2026-01-02T00:00:00Z");
+        assert_eq!(again["conditions"][0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(again["conditions"][0]["observedGeneration"], 3);
+
+        let mut flipped = json!({"replicas": 2, "conditions": [{"type": "Other", "status": "True"}]});
+        set_ready(&mut flipped, &first, &Readiness::not_ready("Broken", "no"), 3, "2026-01-03T00:00:00Z");
+        assert_eq!(flipped["replicas"], 2, "the rest of the status stays");
+        assert_eq!(flipped["conditions"].as_array().unwrap().len(), 2);
+        assert_eq!(flipped["conditions"][1]["lastTransitionTime"], "2026-01-03T00:00:00Z");
+        assert_eq!(summary(&flipped), Some(Readiness::not_ready("Broken", "no")));
+    }
+
+    #[test]
+    fn the_desired_status_carries_the_generation_and_the_childrens_problem() {
+        let plain = desired(None, &json!(null), None, 4, "t");
+        assert_eq!(plain, json!({"observedGeneration": 4}));
+        let answered = desired(Some(json!({"replicas": 1})), &json!(null), None, 4, "t");
+        assert_eq!(answered, json!({"replicas": 1, "observedGeneration": 4}));
+        let problem = Readiness::not_ready("ConfigMapConflict", "taken");
+        let blocked = desired(Some(json!({"replicas": 1})), &json!(null), Some(&problem), 4, "t");
+        assert_eq!(summary(&blocked), Some(problem));
+        assert_eq!(blocked["replicas"], 1);
+    }
+
+    #[test]
+    fn a_status_is_written_only_when_it_would_change_something() {
+        let want = json!({"n": 2, "observedGeneration": 1});
+        let has = json!({"n": 1, "observedGeneration": 1});
+        assert!(!needs_write(&want, &want, "5", None), "the parent already says it");
+        assert!(needs_write(&want, &has, "5", None));
+        let written = Written { from_version: "5".into(), desired: want.clone(), stored: json!({"n": 2}) };
+        assert!(!needs_write(&want, &has, "5", Some(&written)), "handed the same version again");
+        assert!(needs_write(&want, &has, "6", Some(&written)), "changed since, and not what the server kept");
+        assert!(!needs_write(&want, &json!({"n": 2}), "6", Some(&written)), "what the server kept of it");
+        let other = json!({"n": 3, "observedGeneration": 1});
+        assert!(needs_write(&other, &has, "5", Some(&written)), "a different status is written");
+    }
+
+    #[test]
+    fn statuses_are_applied_or_replaced() {
+        let status = json!({"a": 1});
+        let (applied, params) = patch(Style::Apply, ("example.com/v1alpha1", "Sample"), (Some("ns"), "s"), &status);
+        assert!(params.force && params.field_manager.as_deref() == Some(FIELD_MANAGER));
+        let Patch::Apply(body) = applied else { panic!("an apply") };
+        assert_eq!(body["kind"], "Sample");
+        assert_eq!(body["metadata"], json!({"name": "s", "namespace": "ns"}));
+        assert_eq!(body["status"], status);
+        let (replaced, params) = patch(Style::Replace, ("v1", "Thing"), (None, "t"), &status);
+        assert!(!params.force);
+        let Patch::Json(ops) = replaced else { panic!("a JSON patch") };
+        assert_eq!(serde_json::to_value(ops).unwrap(), json!([{"op": "add", "path": "/status", "value": {"a": 1}}]));
+    }
+
+    #[test]
+    fn same_status_ignores_only_transition_times() {
+        let a = json!({"conditions": [{"type": "Ready", "lastTransitionTime": "t1"}], "n": 1});
+        let b = json!({"conditions": [{"type": "Ready", "lastTransitionTime": "t2"}], "n": 1});
+        assert!(same_status(&a, &b));
+        assert!(!same_status(&a, &json!({"conditions": [{"type": "Ready"}], "n": 2})));
+    }
+}

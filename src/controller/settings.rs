@@ -1,0 +1,73 @@
+//! How the controller runs, split once at the top into the parts that each piece of it reads: the
+//! driver, concurrency, an optional election, what to serve, the sync, and the shutdown timeout.
+//! `commands::reconcile` builds it from the command line; `run` hands each part to the code that uses it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::leader::Election;
+use super::sync::hook::Target as HookTarget;
+use crate::cluster::resolve::Gvr;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The parent type.
+    pub gvr: Gvr,
+    /// The namespace to reconcile; `None` for all of them.
+    pub namespace: Option<String>,
+    pub driver: Driver,
+    /// Reconciles at the same time.
+    pub concurrency: u16,
+    /// Each parent once, then exit (1 if one is not Ready).
+    pub once: bool,
+    /// `--leader-elect`: reconcile only while holding this Lease.
+    pub election: Option<Election>,
+    pub serve: Serve,
+    /// A hook to sync with, in place of observing (or of the built-in sync, for Samples).
+    pub hook: Option<HookSettings>,
+    /// How long the work in flight may take to finish once stopping.
+    pub shutdown_timeout: Duration,
+}
+
+/// When parents are reconciled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// List everything every `interval`; a parent whose inputs did not change is synced again after `resync`.
+    Poll { interval: Duration, resync: Duration },
+    /// Follow every change; each parent is synced again after `resync`.
+    Watch { resync: Duration },
+}
+
+/// What the controller serves and reports besides reconciling.
+#[derive(Debug, Clone)]
+pub struct Serve {
+    /// `/healthz` and `/readyz`.
+    pub health: Option<SocketAddr>,
+    /// `/metrics`.
+    pub metrics: Option<MetricsServe>,
+    /// How long the API server (or the Lease) may be out of reach before `/healthz` fails: the lease
+    /// duration, after which a standby would take over anyway.
+    pub patience: Duration,
+    /// A `last minute: ...` line of request counts every minute (`--stats`).
+    pub stats: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct MetricsServe {
+    pub addr: SocketAddr,
+    /// `--metrics-secure`: over TLS, to callers allowed to get /metrics; with the certificate in this
+    /// directory, or a self-signed one.
+    pub secure: Option<Option<PathBuf>>,
+}
+
+/// `--hook` or `--hook-url`, and what goes with it.
+#[derive(Debug, Clone)]
+pub struct HookSettings {
+    pub target: HookTarget,
+    pub timeout: Duration,
+    /// The child types it may manage (`--child`).
+    pub children: Vec<Gvr>,
+    /// `--finalize`: a finalizer on each parent, and the hook called with `finalizing: true` on deletion.
+    pub finalize: bool,
+}
