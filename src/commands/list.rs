@@ -10,9 +10,9 @@ use kube::api::ListParams;
 use crate::cli::{ListArgs, SelectArgs};
 use crate::cluster::client::Connection;
 use crate::cluster::read::{Item, Page, Shape, Target, get_one, list_pages};
-use crate::commands::select::{Printing, Selection, fit, on_terminal, select, selectors};
-use crate::error::Reported;
-use crate::output::table::{Layout, LayoutOptions, TableWriter};
+use crate::commands::select::{Printing, Selection, on_terminal, select, selectors, table_spec};
+use crate::error::{Reported, is_not_found};
+use crate::output::paged::PagedTable;
 
 pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, out: &mut impl Write) -> Result<()> {
     let args = &list.select;
@@ -26,7 +26,10 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, ou
         Printing::Table { wide } => {
             let mut printed = 0;
             for target in &selection.targets {
-                printed += table(conn, target, &lp, args, *wide, several, printed > 0, out).await?;
+                let table = PagedTable::new(&mut *out, table_spec(target, args, *wide, false))
+                    .apart(printed > 0)
+                    .qualify(several.then(|| target.resolved.object_name("")));
+                printed += table_pages(conn, target, &lp, args, table).await?;
             }
             // kubectl says so only when it printed nothing, had no error, and was not told to ignore.
             if printed == 0 && !list.ignore_not_found {
@@ -117,36 +120,16 @@ fn objects(
     Ok(())
 }
 
-fn layout_options(target: &Target, args: &SelectArgs, wide: bool) -> LayoutOptions {
-    LayoutOptions {
-        wide,
-        namespace: target.namespace.is_none() && target.resolved.namespaced,
-        labels: args.show_labels,
-        label_columns: args.label_columns.clone(),
-        event: false,
-        // On a terminal, object text cannot drive it; piped, it is exactly what kubectl prints.
-        escape: on_terminal(),
-    }
-}
-
 /// One resource's table, printed page by page as the pages arrive; returns how many objects it held.
-/// With `kind`, names read `kind.group/name`, as kubectl prints them when several resources are listed;
-/// with `gap`, a blank line goes before a table that is not the first.
-#[allow(clippy::too_many_arguments)]
-async fn table(
+async fn table_pages(
     conn: &Connection,
     target: &Target,
     lp: &ListParams,
     args: &SelectArgs,
-    wide: bool,
-    kind: bool,
-    gap: bool,
-    out: &mut impl Write,
+    mut table: PagedTable<impl Write>,
 ) -> Result<usize> {
     let shape = if args.sort_by.is_some() { Shape::TableWithObjects } else { Shape::Table };
     let mut pages = std::pin::pin!(list_pages(&conn.client, target, lp, shape));
-    let mut table = TableWriter::new(&mut *out, None).fit_to(fit(args)).on_terminal(on_terminal());
-    let mut layout: Option<(Layout, Option<usize>)> = None;
     let (mut count, mut read) = (0, 0);
     while let Some(mut page) = pages.try_next().await? {
         // Sorted per table, as kubectl sorts each resource's Table (one page: see `selectors`).
@@ -159,34 +142,8 @@ async fn table(
             "listed a page: page {read}, {} items",
             page.items.len()
         );
-        if page.items.is_empty() {
-            continue;
-        }
-        // The first page with rows fixes the columns; kubectl prints no header for nothing.
-        if layout.is_none() {
-            if gap {
-                table.blank_line()?;
-            }
-            let built = Layout::new(page.columns.as_deref(), layout_options(target, args, wide));
-            if !args.no_headers {
-                table.set_header(built.headers().to_vec());
-            }
-            let name_column = built.headers().iter().position(|h| h == "NAME");
-            layout = Some((built, name_column));
-        }
-        let (layout, name_column) = layout.as_ref().expect("set above");
-        let rows: Vec<_> = page
-            .items
-            .iter()
-            .map(|item| {
-                let mut row = layout.row(item, None);
-                if let (true, Some(column)) = (kind, *name_column) {
-                    row[column] = target.resolved.object_name(&item.name);
-                }
-                row
-            })
-            .collect();
-        table.write_rows(&rows)?;
+        // kubectl prints no header for nothing: the first page with rows fixes the columns.
+        table.page(page.columns.as_deref(), &page.items)?;
     }
     Ok(count)
 }
@@ -207,7 +164,7 @@ async fn named(conn: &Connection, selection: &Selection, list: &ListArgs, out: &
     for name in &selection.names {
         match get_one(&conn.client, target, name, list.subresource.as_deref(), shape).await {
             Ok(page) => found.push(page),
-            Err(err) if not_found(&err) => {
+            Err(err) if is_not_found(&err) => {
                 if !list.ignore_not_found {
                     missing.push(crate::error::report(&err, None).map(|(line, _)| line).unwrap_or_default());
                 }
@@ -222,10 +179,7 @@ async fn named(conn: &Connection, selection: &Selection, list: &ListArgs, out: &
                 sort(args, &mut items)?;
             }
             let columns = found.iter().find_map(|page| page.columns.as_deref());
-            let layout = Layout::new(columns, layout_options(target, args, *wide));
-            let header = (!args.no_headers).then(|| layout.headers().to_vec());
-            let rows: Vec<_> = items.iter().map(|item| layout.row(item, None)).collect();
-            TableWriter::new(out, header).fit_to(fit(args)).on_terminal(on_terminal()).write_rows(&rows)?;
+            PagedTable::new(out, table_spec(target, args, *wide, false)).page(columns, items.iter().copied())?;
         }
         Printing::Table { .. } => {}
         // kubectl prints an empty List for names it did not find, unless told to ignore them.
@@ -236,8 +190,4 @@ async fn named(conn: &Connection, selection: &Selection, list: &ListArgs, out: &
         true => Ok(()),
         false => Err(Reported(missing).into()),
     }
-}
-
-fn not_found(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| matches!(cause.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 404))
 }

@@ -9,6 +9,8 @@ use crate::cluster::client::Connection;
 use crate::cluster::read::{Shape, Target};
 use crate::cluster::resolve::{resolve_gvr, resolve_names};
 use crate::output::objects::{ObjectFormat, ObjectPrinter};
+use crate::output::paged::TableSpec;
+use crate::output::table::LayoutOptions;
 use crate::output::template::TemplateFormat;
 
 /// How the selected objects are printed.
@@ -101,6 +103,25 @@ pub fn on_terminal() -> bool {
 /// The width to fit tables to: the terminal's, unless stdout is not one or `--wide-cells` was given.
 pub fn fit(args: &SelectArgs) -> Option<usize> {
     crate::output::terminal::stdout_width().filter(|_| !args.wide_cells)
+}
+
+/// How `target`'s table looks, as the flags say: with `event`, a watch's EVENT column first.
+pub fn table_spec(target: &Target, args: &SelectArgs, wide: bool, event: bool) -> TableSpec {
+    let terminal = on_terminal();
+    TableSpec {
+        layout: LayoutOptions {
+            wide,
+            namespace: target.namespace.is_none() && target.resolved.namespaced,
+            labels: args.show_labels,
+            label_columns: args.label_columns.clone(),
+            event,
+            // On a terminal, object text cannot drive it; piped, it is exactly what kubectl prints.
+            escape: terminal,
+        },
+        headers: !args.no_headers,
+        fit: fit(args),
+        terminal,
+    }
 }
 
 /// `-l`, `--field-selector` and `--chunk-size` (0: everything at once, as with `--sort-by`: kubectl

@@ -10,47 +10,32 @@ use crate::cluster::changes::Change;
 use crate::cluster::client::Connection;
 use crate::cluster::read::{Column, Item};
 use crate::cluster::stream::ChangeStream;
-use crate::commands::select::{Printing, Selection, fit, on_terminal, select, selectors};
+use crate::commands::select::{Printing, Selection, on_terminal, select, selectors, table_spec};
 use crate::output::objects::ObjectPrinter;
-use crate::output::table::{Layout, LayoutOptions, TableWriter};
+use crate::output::paged::PagedTable;
 use crate::output::template::TemplateEvents;
 use crate::signal::shutdown_signal;
 
 /// Prints events in the chosen format and counts them against `--max-events`.
 struct Printer<W: Write> {
     sink: Sink<W>,
-    no_headers: bool,
-    options: LayoutOptions,
     printed: u64,
     max_events: Option<u64>,
 }
 
 enum Sink<W: Write> {
-    /// Table output waits for the first list to know the server's columns.
-    TablePending {
-        out: W,
-        wide: bool,
-        fit: Option<usize>,
-    },
-    Table(Layout, TableWriter<W>),
+    /// Its columns are fixed by the first list, as the server's.
+    Table(PagedTable<W>),
     Objects(W, ObjectPrinter),
     Template(TemplateEvents<W>),
-    Closed,
 }
 
 impl<W: Write> Printer<W> {
-    fn columns(&mut self, columns: Option<&[Column]>) {
-        if !matches!(self.sink, Sink::TablePending { .. }) {
-            return;
+    fn columns(&mut self, columns: Option<&[Column]>) -> Result<()> {
+        if let Sink::Table(table) = &mut self.sink {
+            table.columns(columns)?;
         }
-        if let Sink::TablePending { out, wide, fit } = std::mem::replace(&mut self.sink, Sink::Closed) {
-            let layout = Layout::new(columns, LayoutOptions { wide, ..self.options.clone() });
-            let header = (!self.no_headers).then(|| layout.headers().to_vec());
-            let mut table = TableWriter::new(out, header).fit_to(fit).on_terminal(self.options.escape);
-            // The EVENT column is as wide as its widest word from the start, so rows do not shift.
-            table.reserve(0, Change::Modified.word().len());
-            self.sink = Sink::Table(layout, table);
-        }
+        Ok(())
     }
 
     /// Prints the objects that exist when the watch starts, as ADDED; false once `--max-events` is reached.
@@ -75,12 +60,9 @@ impl<W: Write> Printer<W> {
     /// Prints one event; false once `--max-events` is reached.
     fn print(&mut self, change: Change, item: &Item) -> Result<bool> {
         match &mut self.sink {
-            Sink::Table(layout, table) => table.write_rows(&[layout.row(item, Some(change.word()))])?,
+            Sink::Table(table) => table.event(change, item)?,
             Sink::Objects(out, printer) => printer.event(out, change.word(), item)?,
             Sink::Template(events) => events.event(item.object.as_ref().unwrap_or(&serde_json::Value::Null))?,
-            Sink::TablePending { .. } | Sink::Closed => {
-                bail!("internal error: watch output is not set up")
-            }
         }
         self.printed += 1;
         Ok(self.max_events.is_none_or(|max| self.printed < max))
@@ -97,7 +79,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
     let shape = printing.shape();
     let terminal = on_terminal();
     let sink = match printing {
-        Printing::Table { wide } => Sink::TablePending { out, wide, fit: fit(&args.select) },
+        Printing::Table { wide } => Sink::Table(PagedTable::new(out, table_spec(&target, &args.select, wide, true))),
         Printing::Objects(format) => Sink::Objects(out, Selection::object_printer(format, &target, &args.select)),
         Printing::Template(format) => {
             Sink::Template(TemplateEvents::new(format, out, args.select.no_headers, terminal))
@@ -113,22 +95,12 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &WatchArgs, o
             None => by_name,
         });
     }
-    let options = LayoutOptions {
-        wide: false,
-        namespace: target.namespace.is_none() && target.resolved.namespaced,
-        labels: args.select.show_labels,
-        label_columns: args.select.label_columns.clone(),
-        event: true,
-        // On a terminal, object text cannot drive it; piped, it is exactly what kubectl prints.
-        escape: terminal,
-    };
-    let mut printer =
-        Printer { sink, no_headers: args.select.no_headers, options, printed: 0, max_events: args.max_events };
+    let mut printer = Printer { sink, printed: 0, max_events: args.max_events };
     let mut changes = ChangeStream::new(conn.client.clone(), target, shape, selectors);
 
     let work = async {
         let listed = changes.list().await?;
-        printer.columns(listed.columns.as_deref());
+        printer.columns(listed.columns.as_deref())?;
         if !args.watch_only && !printer.print_list(&listed.items)? {
             return Ok(());
         }

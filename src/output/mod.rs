@@ -6,6 +6,7 @@ pub mod color;
 pub mod columns;
 pub mod jsonpath;
 pub mod objects;
+pub mod paged;
 pub mod sort;
 pub mod table;
 pub mod template;

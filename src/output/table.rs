@@ -240,16 +240,6 @@ impl<W: Write> TableWriter<W> {
         self
     }
 
-    /// An empty line, as kubectl puts between the tables of several resources.
-    pub fn blank_line(&mut self) -> io::Result<()> {
-        writeln!(self.out)
-    }
-
-    /// The header to print before the next rows (and only then).
-    pub fn set_header(&mut self, header: Vec<String>) {
-        self.header = Some(header);
-    }
-
     /// Makes a column at least wide enough for text of this width, before any row needs it.
     pub fn reserve(&mut self, column: usize, text_width: usize) {
         if self.widths.len() <= column {
