@@ -6,15 +6,15 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use samplectl::cli::{Cli, Command};
+use samplectl::cli::{Cli, Command, complete};
 use samplectl::cluster::client::{self, Connection};
-use samplectl::commands::{completion, install_crd, list, reconcile, watch};
+use samplectl::commands::{install_crd, list, reconcile, watch};
 use samplectl::output::color;
 use samplectl::{error, logging};
 
 fn main() -> ExitCode {
     // A TAB in a shell or in kubectl runs this binary to ask for candidates; it answers and exits here.
-    completion::answer_if_asked();
+    complete::answer_if_asked();
     // clap prints help and usage errors itself and exits 0 or 2, before anything else happens.
     let cli = Cli::parse_checked();
     let stderr_color = color::stderr_enabled(cli.global.color);
@@ -50,7 +50,7 @@ fn warn(color: bool) -> client::WarningHandler {
 async fn run(cli: Cli, color: bool) -> Result<()> {
     let mut stdout = io::stdout().lock();
     match &cli.command {
-        Command::Completion(args) => completion::print_script(&args.shell, &mut stdout),
+        Command::Completion(args) => complete::print_script(&args.shell, &mut stdout),
         Command::InstallCrd(args) if args.print => install_crd::print(&mut stdout),
         Command::InstallCrd(args) => {
             let conn = Connection::new(&cli.global.client_options(), warn(color)).await?;

@@ -1,7 +1,6 @@
 //! One thin module per subcommand: it turns the parsed arguments into what the library takes, calls
 //! `cluster` or `controller`, and hands the result to `output`. No logic of its own beyond that.
 
-pub mod completion;
 pub mod install_crd;
 pub mod list;
 pub mod reconcile;

@@ -14,7 +14,6 @@ use clap_complete::env::Shells;
 
 use crate::cluster::client::ClientOptions;
 use crate::cluster::resolve::{Gvr, check_resource_name};
-use crate::commands::completion;
 use crate::controller::crd::serves_samples;
 use crate::controller::leader::Election;
 use crate::controller::sync::hook::Target as HookTarget;
@@ -24,6 +23,9 @@ use crate::output::columns::Columns;
 use crate::output::jsonpath::Template;
 use crate::output::sort::SortBy;
 use crate::output::template::TemplateFormat;
+
+pub mod complete;
+pub mod ids;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -43,15 +45,16 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)
-    #[arg(long, global = true, value_name = "PATH", value_hint = ValueHint::FilePath)]
+    #[arg(id = ids::KUBECONFIG, long, global = true, value_name = "PATH", value_hint = ValueHint::FilePath)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig context to use
-    #[arg(long, global = true, value_name = "NAME", add = ArgValueCompleter::new(completion::contexts))]
+    #[arg(id = ids::CONTEXT, long, global = true, value_name = "NAME", add = ArgValueCompleter::new(complete::contexts))]
     pub context: Option<String>,
 
     /// The namespace to work in (default: the context's namespace, else "default")
-    #[arg(short = 'n', long, global = true, value_name = "NS", add = ArgValueCompleter::new(completion::namespaces))]
+    #[arg(id = ids::NAMESPACE, short = 'n', long, global = true, value_name = "NS",
+          add = ArgValueCompleter::new(complete::namespaces))]
     pub namespace: Option<String>,
 
     /// More log detail on stderr; repeat for more (-v, -vv, -vvv). RUST_LOG overrides it.
@@ -98,7 +101,8 @@ pub enum Command {
     List(ListArgs),
     /// List, then stream ADDED / MODIFIED / DELETED changes to any resource, surviving disconnects
     #[command(after_help = "Examples:\n  samplectl watch --gvr example.com/v1alpha1/samples -A\n  \
-                            samplectl watch --gvr v1/configmaps -o json --max-events 10")]
+                            samplectl watch --gvr v1/configmaps -o json --max-events 10",
+              name = ids::WATCH)]
     Watch(WatchArgs),
     /// Run the controller: give each Sample a ConfigMap and a status, polling (default) or watch-driven;
     /// reconcile any other --gvr with a sync hook (--hook), or only report what changes
@@ -131,8 +135,8 @@ pub struct CompletionArgs {
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
     /// The resource to reconcile; anything but samples.example.com is only observed unless given a hook
-    #[arg(long, value_name = "GVR", default_value = "example.com/v1alpha1/samples", value_parser = Gvr::parse,
-          add = ArgValueCompleter::new(completion::gvrs))]
+    #[arg(id = ids::GVR, long, value_name = "GVR", default_value = "example.com/v1alpha1/samples",
+          value_parser = Gvr::parse, add = ArgValueCompleter::new(complete::gvrs))]
     pub gvr: Gvr,
 
     /// Driven by watch events instead of polling
@@ -168,7 +172,7 @@ pub struct ReconcileArgs {
     pub leader_election_id: String,
 
     /// The Lease's namespace (default: the kubeconfig context's or the pod's namespace)
-    #[arg(long, value_name = "NS", add = ArgValueCompleter::new(completion::namespaces))]
+    #[arg(long, value_name = "NS", add = ArgValueCompleter::new(complete::namespaces))]
     pub leader_election_namespace: Option<String>,
 
     /// This replica's name in the Lease (default: POD_NAME or the hostname, with the process id)
@@ -224,7 +228,7 @@ pub struct ReconcileArgs {
     /// A child type the hook may manage, as GROUP/VERSION/RESOURCE (v1/configmaps, apps/v1/deployments);
     /// repeat for each
     #[arg(long = "child", value_name = "GVR", value_parser = Gvr::parse, help_heading = "Hooks",
-          add = ArgValueCompleter::new(completion::gvrs))]
+          add = ArgValueCompleter::new(complete::gvrs))]
     pub children: Vec<Gvr>,
 
     /// How long one call of the hook may take
@@ -242,23 +246,23 @@ pub struct ReconcileArgs {
 pub struct SelectArgs {
     /// A resource name as kubectl takes it (samples, smp, Sample, deploy, deployments.apps), then
     /// optionally object names; with --gvr, only object names
-    #[arg(value_name = "RESOURCE [NAME]", add = ArgValueCompleter::new(completion::resources_and_names))]
+    #[arg(id = ids::NAMES, value_name = "RESOURCE [NAME]", add = ArgValueCompleter::new(complete::resources_and_names))]
     pub names: Vec<String>,
 
     /// The resource as GROUP/VERSION/RESOURCE, or VERSION/RESOURCE for the core group
     /// (example.com/v1alpha1/samples, v1/configmaps)
-    #[arg(long, value_name = "GVR", value_parser = Gvr::parse, add = ArgValueCompleter::new(completion::gvrs))]
+    #[arg(id = ids::GVR, long, value_name = "GVR", value_parser = Gvr::parse, add = ArgValueCompleter::new(complete::gvrs))]
     pub gvr: Option<Gvr>,
 
     /// Across all namespaces (adds a NAMESPACE column)
-    #[arg(short = 'A', long)]
+    #[arg(id = ids::ALL_NAMESPACES, short = 'A', long)]
     pub all_namespaces: bool,
 
     /// Output format: wide, json, yaml, name, jsonpath=TEMPLATE, jsonpath-file=FILE,
     /// jsonpath-as-json=TEMPLATE, custom-columns=NAME:PATH,..., custom-columns-file=FILE; the default and
     /// wide use the server's columns
     #[arg(short = 'o', long, value_name = "FORMAT", value_parser = OutputFormat::parse,
-          add = ArgValueCompleter::new(completion::output_formats))]
+          add = ArgValueCompleter::new(complete::output_formats))]
     pub output: Option<OutputFormat>,
 
     /// Sort by the value at this JSONPath in each object (e.g. .metadata.name, '{.spec.replicas}'), as
@@ -417,7 +421,7 @@ pub struct ListArgs {
     pub ignore_not_found: bool,
 
     /// The subresource of the named objects to get (status, scale), as kubectl get --subresource
-    #[arg(long, value_name = "NAME", add = ArgValueCompleter::new(completion::subresources))]
+    #[arg(long, value_name = "NAME", add = ArgValueCompleter::new(complete::subresources))]
     pub subresource: Option<String>,
 }
 

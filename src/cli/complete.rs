@@ -22,7 +22,7 @@ use clap_complete::engine::{CompletionCandidate, PathCompleter, ValueCompleter};
 use clap_complete::env::{CompleteEnv, Shells};
 use kube::api::ListParams;
 
-use crate::cli::{self, Resource};
+use crate::cli::{self, Resource, ids};
 use crate::cluster::client::{self, ClientOptions, Connection};
 use crate::cluster::read::{Shape, Target, list_all};
 use crate::cluster::resolve::{Gvr, gvr_names, resolve_gvr, resolve_names, resource_names};
@@ -150,12 +150,12 @@ impl Typed {
         };
         // clap hands a global flag to the subcommand wherever it was typed, before the subcommand or after.
         Typed {
-            client: ClientOptions { kubeconfig: one(sub, "kubeconfig"), context: one(sub, "context") },
-            namespace: one(sub, "namespace"),
-            all_namespaces: one::<bool>(sub, "all_namespaces").unwrap_or(false),
+            client: ClientOptions { kubeconfig: one(sub, ids::KUBECONFIG), context: one(sub, ids::CONTEXT) },
+            namespace: one(sub, ids::NAMESPACE),
+            all_namespaces: one::<bool>(sub, ids::ALL_NAMESPACES).unwrap_or(false),
             subcommand: subcommand.to_owned(),
-            gvr: one::<Gvr>(sub, "gvr"),
-            positionals: sub.try_get_many::<String>("names").ok().flatten().into_iter().flatten().cloned().collect(),
+            gvr: one::<Gvr>(sub, ids::GVR),
+            positionals: sub.try_get_many::<String>(ids::NAMES).ok().flatten().into_iter().flatten().cloned().collect(),
         }
     }
 
@@ -211,7 +211,7 @@ async fn object_names(conn: Connection, resource: Resource<'_>, namespace: Optio
 pub fn resources_and_names(current: &OsStr) -> Vec<CompletionCandidate> {
     let current = current.to_string_lossy();
     let typed = Typed::now();
-    let one_name = typed.subcommand == "watch";
+    let one_name = typed.subcommand == ids::WATCH;
     let (resource, typed_names) = match (&typed.gvr, typed.positionals.as_slice()) {
         (Some(gvr), names) => (Resource::Gvr(gvr), names),
         (None, [resource, names @ ..]) if !resource.contains(',') => (Resource::Name(resource), names),
