@@ -4,6 +4,7 @@
 
 pub mod color;
 pub mod columns;
+pub mod go_print;
 pub mod jsonpath;
 pub mod objects;
 pub mod paged;

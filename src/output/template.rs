@@ -8,7 +8,8 @@ use std::io::Write;
 use serde_json::{Value, json};
 
 use super::columns::Columns;
-use super::jsonpath::{Template, go_sharp_v};
+use super::go_print::go_sharp_v;
+use super::jsonpath::Template;
 use super::table::TableWriter;
 
 #[derive(Debug, Clone, PartialEq)]
