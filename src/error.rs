@@ -91,6 +91,14 @@ pub fn describe(err: &kube::Error) -> String {
     worded(causes(err), server().unwrap_or("the server")).unwrap_or_else(|| join_causes(causes(err)))
 }
 
+/// Any failure as a log line words it: what the command's error line would say, without `error: `.
+pub fn describe_any(err: &anyhow::Error) -> String {
+    match worded(err.chain(), server().unwrap_or("the server")) {
+        Some(line) => line.strip_prefix("error: ").map(str::to_owned).unwrap_or(line),
+        None => join_causes(err.chain()),
+    }
+}
+
 /// An error and the errors that caused it, outermost first.
 fn causes<'a>(err: &'a (dyn StdError + 'static)) -> impl Iterator<Item = &'a (dyn StdError + 'static)> + Clone {
     std::iter::successors(Some(err), |e: &&'a (dyn StdError + 'static)| (*e).source())
@@ -191,7 +199,9 @@ mod tests {
         let closed = kube::Error::Service(Box::new(io::Error::other("connection closed before message completed")));
         assert!(describe(&closed).starts_with("unable to connect to the server "), "{}", describe(&closed));
         assert!(describe(&closed).ends_with(": connection closed before message completed"));
-        assert!(passes(&anyhow::Error::new(closed)) && out_of_reach(&refused()));
+        let listing = anyhow::Error::new(closed).context("cannot list samples");
+        assert!(describe_any(&listing).starts_with("unable to connect to the server "), "{}", describe_any(&listing));
+        assert!(passes(&listing) && out_of_reach(&refused()));
     }
 
     #[test]

@@ -213,7 +213,7 @@ impl ChangeStream {
                 if !crate::error::passes(&err) {
                     return Err(err);
                 }
-                self.pause(&err).await;
+                self.pause(&crate::error::describe_any(&err)).await;
                 Ok(None)
             }
         }
@@ -225,7 +225,7 @@ impl ChangeStream {
         let page = loop {
             match list_all(&self.client, &self.target, &self.lp, self.shape).await {
                 Ok(page) => break page,
-                Err(err) if crate::error::passes(&err) => self.pause(&err).await,
+                Err(err) if crate::error::passes(&err) => self.pause(&crate::error::describe_any(&err)).await,
                 Err(err) => return Err(err),
             }
         };

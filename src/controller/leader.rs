@@ -117,7 +117,7 @@ impl Election {
                         }
                     }
                     Err(err) => {
-                        tracing::warn!("leader election: {err}");
+                        tracing::warn!("leader election: {}", crate::error::describe_any(&err));
                         if renewed.is_some_and(|at| at.elapsed() >= self.renew_deadline) {
                             renewed = None;
                             tracing::warn!(
@@ -155,7 +155,9 @@ impl Election {
         }
         match tokio::time::timeout(self.renew_deadline, self.release(api)).await {
             Ok(Ok(())) => tracing::info!("released the lease {}/{}", self.namespace, self.name),
-            Ok(Err(err)) => tracing::warn!("cannot release the lease (it will expire): {err}"),
+            Ok(Err(err)) => {
+                tracing::warn!("cannot release the lease (it will expire): {}", crate::error::describe_any(&err))
+            }
             Err(_) => tracing::warn!("releasing the lease did not answer in time; it will expire"),
         }
     }

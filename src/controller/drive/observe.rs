@@ -50,7 +50,11 @@ pub async fn poll(
                 known = items.into_iter().map(|i| (i.uid.clone(), i)).collect();
             }
             Err(err) if once => return Err(err),
-            Err(err) => tracing::warn!("cannot list {}: {err:#}", target.resolved.qualified_plural()),
+            Err(err) => tracing::warn!(
+                "cannot list {}: {}",
+                target.resolved.qualified_plural(),
+                crate::error::describe_any(&err)
+            ),
         }
         if once {
             return Ok(());

@@ -223,8 +223,9 @@ impl Poll {
                 Ok(parents) => tracing::debug!(parents, running = state.running.len(), "tick done"),
                 Err(err) if once => return Err(err),
                 Err(err) => tracing::warn!(
-                    "cannot list {} and their children: {err:#}",
-                    self.ctx.family.parent.qualified_plural()
+                    "cannot list {} and their children: {}",
+                    self.ctx.family.parent.qualified_plural(),
+                    crate::error::describe_any(&err)
                 ),
             }
             let next = tokio::time::sleep_until(started + self.interval);
