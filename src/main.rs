@@ -51,7 +51,7 @@ async fn run(cli: Cli, color: bool) -> Result<()> {
     let mut stdout = io::stdout().lock();
     match &cli.command {
         Command::Completion(args) => complete::print_script(&args.shell, &mut stdout),
-        Command::InstallCrd(args) if args.print => install_crd::print(&mut stdout),
+        Command::InstallCrd(args) if args.print => install_crd::print(args, &mut stdout),
         Command::InstallCrd(args) => {
             let conn = Connection::new(&cli.global.client_options(), warn(color)).await?;
             install_crd::run(&conn, args, &mut stdout).await

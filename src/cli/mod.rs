@@ -239,6 +239,13 @@ pub struct ReconcileArgs {
     /// it answers `finalized: true`
     #[arg(long, help_heading = "Hooks")]
     pub finalize: bool,
+
+    /// Run every CompositeController and DecoratorController (metacontroller.k8s.io/v1alpha1) in these
+    /// manifests, in place of --gvr: a file, a directory (its .yaml, .yml and .json files), or - for
+    /// stdin; repeat for more. Other kinds in them are skipped
+    #[arg(short = 'f', long = "filename", value_name = "PATH", help_heading = "Controllers",
+          conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize"], value_hint = ValueHint::AnyPath)]
+    pub filenames: Vec<std::path::PathBuf>,
 }
 
 /// What to read and how to print it; shared by `list` and `watch`.
@@ -445,6 +452,11 @@ pub struct InstallCrdArgs {
     #[arg(long, conflicts_with = "dry_run")]
     pub print: bool,
 
+    /// Install metacontroller's CRDs (CompositeController, DecoratorController, ControllerRevision in
+    /// metacontroller.k8s.io/v1alpha1) instead, for `reconcile -f` on a cluster without metacontroller
+    #[arg(long)]
+    pub metacontroller: bool,
+
     /// How long to wait for the CRD to become Established (e.g. 30s, 2m, 500ms); 0 does not wait
     #[arg(long, default_value = "30s", value_parser = crate::duration::parse, value_name = "DURATION")]
     pub timeout: Duration,
@@ -591,7 +603,7 @@ impl ReconcileArgs {
     }
 
     fn mistake(&self) -> Option<String> {
-        let hooked = self.hook_target().is_some();
+        let hooked = self.hook_target().is_some() || !self.filenames.is_empty();
         if self.watch && self.once && !serves_samples(&self.gvr) && !hooked {
             return Some(
                 "--once with --watch applies to Samples and hooks only; use --once without --watch to observe once"

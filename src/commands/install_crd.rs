@@ -1,4 +1,5 @@
-//! `samplectl install-crd`: apply the embedded Sample CRD and say what happened, as `kubectl apply` does.
+//! `samplectl install-crd`: apply the embedded Sample CRD (or, with `--metacontroller`, metacontroller's
+//! three) and say what happened to each, as `kubectl apply` does.
 
 use std::io::Write;
 
@@ -6,16 +7,23 @@ use anyhow::{Context, Result};
 
 use crate::cli::InstallCrdArgs;
 use crate::cluster::client::Connection;
-use crate::controller::crd::{CRD_YAML, DISPLAY_KIND, install};
+use crate::controller::crd::{CRD_YAML, DISPLAY_KIND, METACONTROLLER_CRDS_YAML, embedded, install};
+
+fn yaml(args: &InstallCrdArgs) -> &'static str {
+    if args.metacontroller { METACONTROLLER_CRDS_YAML } else { CRD_YAML }
+}
 
 /// `--print`: the manifest, with no cluster needed.
-pub fn print(out: &mut impl Write) -> Result<()> {
-    out.write_all(CRD_YAML.as_bytes()).context("cannot write to stdout")?;
+pub fn print(args: &InstallCrdArgs, out: &mut impl Write) -> Result<()> {
+    out.write_all(yaml(args).as_bytes()).context("cannot write to stdout")?;
     out.flush().context("cannot write to stdout")
 }
 
 pub async fn run(conn: &Connection, args: &InstallCrdArgs, out: &mut impl Write) -> Result<()> {
-    let (name, outcome) = install(conn.client.clone(), args.dry_run, args.timeout).await?;
     let suffix = if args.dry_run { " (server dry run)" } else { "" };
-    writeln!(out, "{DISPLAY_KIND}/{name} {}{suffix}", outcome.word()).context("cannot write to stdout")
+    for crd in embedded(yaml(args))? {
+        let outcome = install(conn.client.clone(), &crd, args.dry_run, args.timeout).await?;
+        writeln!(out, "{DISPLAY_KIND}/{} {}{suffix}", crd.0, outcome.word()).context("cannot write to stdout")?;
+    }
+    Ok(())
 }

@@ -6,7 +6,7 @@ use crate::cli::ReconcileArgs;
 use crate::cluster::client::Connection;
 use crate::controller::leader::{Election, default_identity};
 use crate::controller::run::run as run_controller;
-use crate::controller::settings::{Driver, HookSettings, MetricsServe, Serve, Settings};
+use crate::controller::settings::{Driver, HookSettings, MetricsServe, Serve, Settings, Source};
 
 pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArgs) -> Result<()> {
     let driver = match args.watch {
@@ -29,21 +29,26 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         patience: args.lease_duration,
         stats: args.stats,
     };
-    let hook = args.hook_target().map(|target| HookSettings {
-        target: target.clone(),
-        timeout: args.hook_timeout,
-        children: args.children.clone(),
-        finalize: args.finalize,
-    });
+    let source = match args.filenames.is_empty() {
+        false => Source::Manifests(args.filenames.clone()),
+        true => Source::Flags {
+            gvr: args.gvr.clone(),
+            hook: args.hook_target().map(|target| HookSettings {
+                target: target.clone(),
+                timeout: args.hook_timeout,
+                children: args.children.clone(),
+                finalize: args.finalize,
+            }),
+        },
+    };
     let settings = Settings {
-        gvr: args.gvr.clone(),
+        source,
         namespace: namespace.map(str::to_owned),
         driver,
         concurrency: args.concurrency,
         once: args.once,
         election,
         serve,
-        hook,
         shutdown_timeout: args.shutdown_timeout,
     };
     run_controller(conn, settings).await

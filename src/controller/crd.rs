@@ -1,6 +1,7 @@
-//! The Sample CRD the controller serves: embedded in the binary, applied server-side, and waited for
-//! until Established, with what the apply came to (`created`, `configured` or `unchanged`, as
-//! `kubectl apply` says it).
+//! The CRDs samplectl installs: the Sample CRD the controller serves and, for clusters without them,
+//! metacontroller's (CompositeController, DecoratorController, ControllerRevision). Embedded in the
+//! binary, applied server-side, and waited for until Established, with what each apply came to
+//! (`created`, `configured` or `unchanged`, as `kubectl apply` says it).
 
 use std::time::Duration;
 
@@ -13,6 +14,8 @@ use serde_json::Value;
 
 /// The CRD as shipped in `manifests/crd/`, compiled in so the binary alone can install it.
 pub const CRD_YAML: &str = include_str!("../../manifests/crd/samples.example.com.yaml");
+/// metacontroller's three CRDs, as shipped in `manifests/crd/`.
+pub const METACONTROLLER_CRDS_YAML: &str = include_str!("../../manifests/crd/metacontroller.k8s.io.yaml");
 pub const FIELD_MANAGER: &str = "samplectl";
 pub const DISPLAY_KIND: &str = "customresourcedefinition.apiextensions.k8s.io";
 
@@ -39,35 +42,50 @@ pub fn serves_samples(gvr: &crate::cluster::resolve::Gvr) -> bool {
     gvr.group == "example.com" && gvr.resource == "samples"
 }
 
-/// The embedded CRD as the apply body. Kept as JSON rather than the typed struct so that exactly what the
-/// file says is sent, nothing dropped or defaulted on the way.
+/// The embedded Sample CRD as the apply body.
 pub fn embedded_crd() -> Result<(String, Value)> {
-    let body: Value = serde_yaml::from_str(CRD_YAML).context("the embedded CRD is not valid YAML")?;
-    let name = body["metadata"]["name"].as_str().context("the embedded CRD has no metadata.name")?.to_owned();
-    Ok((name, body))
+    let mut crds = embedded(CRD_YAML)?;
+    crds.pop().context("the embedded CRD file is empty")
 }
 
-/// Applies the embedded CRD (only as a server dry run with `dry_run`) and, unless `timeout` is zero,
-/// waits that long for it to be Established. Returns the CRD's name and what the apply came to.
-pub async fn install(client: kube::Client, dry_run: bool, timeout: Duration) -> Result<(String, Outcome)> {
-    let (name, body) = embedded_crd()?;
+/// Each CRD of an embedded file (YAML documents) as the apply body. Kept as JSON rather than the typed
+/// struct so that exactly what the file says is sent, nothing dropped or defaulted on the way.
+pub fn embedded(yaml: &str) -> Result<Vec<(String, Value)>> {
+    let mut crds = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(yaml) {
+        let body: Value = serde::Deserialize::deserialize(document).context("an embedded CRD is not valid YAML")?;
+        let name = body["metadata"]["name"].as_str().context("an embedded CRD has no metadata.name")?.to_owned();
+        crds.push((name, body));
+    }
+    Ok(crds)
+}
+
+/// Applies one embedded CRD (only as a server dry run with `dry_run`) and, unless `timeout` is zero,
+/// waits that long for it to be Established. Returns what the apply came to.
+pub async fn install(
+    client: kube::Client,
+    (name, body): &(String, Value),
+    dry_run: bool,
+    timeout: Duration,
+) -> Result<Outcome> {
+    let name = name.as_str();
     let crds: Api<CustomResourceDefinition> = Api::all(client);
 
-    let before = crds.get_opt(&name).await.with_context(|| format!("cannot read {DISPLAY_KIND}/{name}"))?;
+    let before = crds.get_opt(name).await.with_context(|| format!("cannot read {DISPLAY_KIND}/{name}"))?;
     // Forced: the CRD is samplectl's, so fields someone else changed by hand are taken back, as
     // `kubectl apply --server-side --force-conflicts` would.
     let mut params = PatchParams::apply(FIELD_MANAGER).force();
     params.dry_run = dry_run;
     let after = crds
-        .patch(&name, &params, &Patch::Apply(&body))
+        .patch(name, &params, &Patch::Apply(body))
         .await
         .with_context(|| format!("cannot apply {DISPLAY_KIND}/{name}"))?;
     let outcome = outcome(before.as_ref(), &after)?;
 
     if !dry_run && !timeout.is_zero() {
-        wait_established(crds, &name, timeout).await?;
+        wait_established(crds, name, timeout).await?;
     }
-    Ok((name, outcome))
+    Ok(outcome)
 }
 
 /// Compares the object before and after the apply, ignoring bookkeeping the server changes on its own.
@@ -139,6 +157,30 @@ mod tests {
         let conditions = &schema.properties.as_ref().unwrap()["status"].properties.as_ref().unwrap()["conditions"];
         assert_eq!(conditions.x_kubernetes_list_type.as_deref(), Some("map"));
         assert_eq!(conditions.x_kubernetes_list_map_keys.as_deref(), Some(&["type".to_owned()][..]));
+    }
+
+    #[test]
+    fn metacontrollers_crds_are_metacontrollers_api() {
+        let crds = embedded(METACONTROLLER_CRDS_YAML).unwrap();
+        let names: Vec<&str> = crds.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "compositecontrollers.metacontroller.k8s.io",
+                "decoratorcontrollers.metacontroller.k8s.io",
+                "controllerrevisions.metacontroller.k8s.io"
+            ]
+        );
+        let typed: Vec<CustomResourceDefinition> =
+            crds.into_iter().map(|(_, body)| serde_json::from_value(body).unwrap()).collect();
+        assert_eq!(typed[0].spec.scope, "Cluster");
+        assert_eq!(typed[0].spec.names.short_names.as_deref(), Some(&["cc".to_owned(), "cctl".to_owned()][..]));
+        assert_eq!(typed[2].spec.scope, "Namespaced");
+        // The anchors are expanded: every hook has the whole webhook schema.
+        let schema = typed[1].spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+        let hooks = &schema.properties.as_ref().unwrap()["spec"].properties.as_ref().unwrap()["hooks"];
+        let finalize = &hooks.properties.as_ref().unwrap()["finalize"];
+        assert!(finalize.properties.as_ref().unwrap()["webhook"].properties.as_ref().unwrap().contains_key("service"));
     }
 
     fn crd(resource_version: &str, short_name: &str) -> CustomResourceDefinition {

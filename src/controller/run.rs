@@ -10,19 +10,18 @@ use anyhow::{Result, anyhow, bail};
 use tokio::sync::watch;
 
 use super::crd::serves_samples;
+use super::define;
 use super::drive::observe;
 use super::drive::poll::Poll;
 use super::drive::watch::Watch;
 use super::engine::{Context, Definition};
 use super::leader::Election;
-use super::rules::children::Family;
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
 use super::serve::metrics_access::MetricsAccess;
 use super::serve::{Secure, serve_health, serve_metrics, tls};
-use super::settings::{Driver, HookSettings, Serve, Settings};
+use super::settings::{Driver, Serve, Settings, Source};
 use super::sync::Syncer;
-use super::sync::hook::Hook;
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
 use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
@@ -32,53 +31,63 @@ const STATS_EVERY: Duration = Duration::from_secs(60);
 const NAMED: usize = 5;
 
 pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
-    let Settings { gvr, namespace, driver, concurrency, once, election, serve, hook, shutdown_timeout } = settings;
-    let resolved = resolve_parent(conn, &gvr).await?;
-    let namespace = namespace.filter(|_| resolved.namespaced);
-    let (metrics, health) = start_serving(conn, &serve).await?;
-    let stop = stop_on_signal();
-
+    let Settings { source, namespace, driver, concurrency, once, election, serve, shutdown_timeout } = settings;
     let driver_name = match driver {
         Driver::Watch { .. } => "watch",
         Driver::Poll { .. } => "poll",
     };
-    let definition = match hook {
-        Some(hook) => Some(hooked(conn, resolved.clone(), &hook).await?),
-        None if serves_samples(&gvr) => Some(built_in(resolved.clone())),
-        None => None,
-    };
-    let result = match definition {
-        Some(definition) => {
-            let scope = namespace.as_deref().map_or("all namespaces".to_owned(), |ns| format!("namespace {ns}"));
-            tracing::info!(
-                driver = driver_name,
-                namespace = namespace.as_deref(),
-                "reconciling {} in {scope} ({driver_name} driver)",
-                describe(&definition)
-            );
-            let ctx = Arc::new(Context::new(conn.client.clone(), definition, metrics.clone(), health.clone()));
-            let reconciling = Reconciling { ctx, namespace, driver, concurrency, once };
-            match election {
-                Some(election) => lead_then_reconcile(conn, election, reconciling, stop, shutdown_timeout).await,
+    // Everything is resolved and checked before anything is served or written.
+    let definitions = match source {
+        Source::Manifests(paths) => define::from_manifests(conn, &paths).await?,
+        Source::Flags { gvr, hook } => {
+            let resolved = resolve_parent(conn, &gvr).await?;
+            match hook {
+                Some(hook) => vec![define::hooked(conn, resolved, &hook).await?],
+                None if serves_samples(&gvr) => vec![define::built_in(resolved)],
                 None => {
-                    metrics.leader.set(1);
-                    drain_within(reconciling.run(stop.clone()), stop, shutdown_timeout).await
+                    let (_, health) = start_serving(conn, &serve).await?;
+                    let stop = stop_on_signal();
+                    let namespace = namespace.filter(|_| resolved.namespaced);
+                    let target = Target { resolved, namespace };
+                    let resource = target.resolved.qualified_plural();
+                    tracing::info!(
+                        driver = driver_name,
+                        resource,
+                        "observing {resource} ({driver_name} driver); nothing is written"
+                    );
+                    health.synced.store(true, Ordering::Relaxed);
+                    let result = match driver {
+                        Driver::Watch { .. } => observe::watch(conn, target, stop).await,
+                        Driver::Poll { interval, .. } => observe::poll(conn, &target, interval, once, stop).await,
+                    };
+                    tracing::info!("requests sent: {}", conn.requests.snapshot());
+                    return result;
                 }
             }
         }
+    };
+    let (metrics, health) = start_serving(conn, &serve).await?;
+    let stop = stop_on_signal();
+    let mut controllers = Vec::new();
+    for definition in definitions {
+        let namespace = namespace.clone().filter(|_| definition.family.parent.namespaced);
+        let scope = namespace.as_deref().map_or("all namespaces".to_owned(), |ns| format!("namespace {ns}"));
+        tracing::info!(
+            driver = driver_name,
+            namespace = namespace.as_deref(),
+            controller = definition.name,
+            "reconciling {} in {scope} ({driver_name} driver)",
+            describe(&definition)
+        );
+        let ctx = Arc::new(Context::new(conn.client.clone(), definition, metrics.clone(), health.clone()));
+        controllers.push((ctx, namespace));
+    }
+    let reconciling = Reconciling { controllers, driver, concurrency, once };
+    let result = match election {
+        Some(election) => lead_then_reconcile(conn, election, reconciling, stop, shutdown_timeout).await,
         None => {
-            let target = Target { resolved, namespace };
-            let resource = target.resolved.qualified_plural();
-            tracing::info!(
-                driver = driver_name,
-                resource,
-                "observing {resource} ({driver_name} driver); nothing is written"
-            );
-            health.synced.store(true, Ordering::Relaxed);
-            match driver {
-                Driver::Watch { .. } => observe::watch(conn, target, stop).await,
-                Driver::Poll { interval, .. } => observe::poll(conn, &target, interval, once, stop).await,
-            }
+            metrics.leader.set(1);
+            drain_within(reconciling.run(stop.clone()), stop, shutdown_timeout).await
         }
     };
     tracing::info!("requests sent: {}", conn.requests.snapshot());
@@ -148,87 +157,62 @@ fn stop_on_signal() -> watch::Receiver<bool> {
 fn describe(definition: &Definition) -> String {
     match &definition.sync {
         Syncer::Sample => "Samples".to_owned(),
-        Syncer::Hook { hook, .. } => {
+        Syncer::Hook(hooks) => {
             let children: Vec<String> = definition.family.children.iter().map(Resolved::qualified_plural).collect();
             format!(
                 "{} with hook {} (children: {})",
                 definition.family.parent.qualified_plural(),
-                hook.target,
+                hooks.sync.target,
                 if children.is_empty() { "none".to_owned() } else { children.join(", ") }
             )
         }
     }
 }
 
-/// The Sample controller: the built-in sync, with ConfigMaps as its one child type (a core type, known
-/// without asking discovery).
-fn built_in(samples: Resolved) -> Definition {
-    let configmaps = Resolved {
-        ar: kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-        namespaced: true,
-        verbs: Vec::new(),
-        subresources: Vec::new(),
-    };
-    Definition { family: Family { parent: samples, children: vec![configmaps] }, sync: Syncer::Sample, finalize: false }
-}
-
-/// A hook's controller: its child types resolved, and refused when they cannot work with the parent.
-async fn hooked(conn: &Connection, parent: Resolved, hook: &HookSettings) -> Result<Definition> {
-    let mut children: Vec<Resolved> = Vec::new();
-    for gvr in &hook.children {
-        let child = resolve_gvr(&conn.client, gvr).await?;
-        if !children.iter().any(|c| c.ar.api_version == child.ar.api_version && c.ar.kind == child.ar.kind) {
-            children.push(child);
-        }
-    }
-    let family = Family { parent, children };
-    if let Some(why) = family.mismatch() {
-        bail!("cannot reconcile with these child types: {why}");
-    }
-    // Writing status to a parent without the subresource would bump its generation on every write and
-    // sync forever (metacontroller refuses these too).
-    if !family.parent.subresources.iter().any(|s| s == "status") {
-        bail!(
-            "{} has no status subresource: writing a hook's status to it would bump its generation and loop; add \
-             `subresources: {{status: {{}}}}` to its CRD's version",
-            family.parent.qualified_plural()
-        );
-    }
-    let sync = Syncer::hook(Hook::new(hook.target.clone(), hook.timeout)?, &family);
-    Ok(Definition { family, sync, finalize: hook.finalize })
-}
-
-/// The driver and what it drives.
+/// The controllers, each with the namespace it reconciles, and how they are driven.
 struct Reconciling {
-    ctx: Arc<Context>,
-    namespace: Option<String>,
+    controllers: Vec<(Arc<Context>, Option<String>)>,
     driver: Driver,
     concurrency: u16,
     once: bool,
 }
 
 impl Reconciling {
-    /// Runs the driver until `stop`, or with `once` until each parent was reconciled once; then sends
-    /// the Events still queued. With `once`, a parent not Ready fails the run.
+    /// Runs every controller's driver until `stop`, or with `once` until each parent was reconciled
+    /// once; then sends the Events still queued. With `once`, a parent not Ready fails the run.
     async fn run(self, stop: watch::Receiver<bool>) -> Result<()> {
-        let Reconciling { ctx, namespace, driver, concurrency, once } = self;
-        let not_ready = match driver {
-            Driver::Watch { resync } => {
-                let watch = Watch { ctx: ctx.clone(), namespace, concurrency, resync };
-                watch.run(once, stop).await.map_err(anyhow::Error::from)
+        let Reconciling { controllers, driver, concurrency, once } = self;
+        let runs = controllers.into_iter().map(|(ctx, namespace)| {
+            let stop = stop.clone();
+            async move {
+                let not_ready = match driver {
+                    Driver::Watch { resync } => {
+                        let resync = ctx.resync.unwrap_or(resync);
+                        let watch = Watch { ctx: ctx.clone(), namespace, concurrency, resync };
+                        watch.run(once, stop).await.map_err(anyhow::Error::from)
+                    }
+                    Driver::Poll { interval, resync } => {
+                        let (concurrency, resync) = (usize::from(concurrency), ctx.resync.unwrap_or(resync));
+                        let poll = Poll { ctx: ctx.clone(), namespace, interval, concurrency, resync };
+                        poll.run(once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
+                    }
+                };
+                ctx.flush_events().await;
+                not_ready.map(|parents| match parents {
+                    Some(parents) if !parents.is_empty() => {
+                        Some(not_ready_message(&ctx.family.parent.ar.kind, &parents))
+                    }
+                    _ => None,
+                })
             }
-            Driver::Poll { interval, resync } => {
-                let concurrency = usize::from(concurrency);
-                let poll = Poll { ctx: ctx.clone(), namespace, interval, concurrency, resync };
-                poll.run(once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
-            }
-        };
-        ctx.flush_events().await;
-        match not_ready? {
-            Some(parents) if !parents.is_empty() => {
-                bail!("{}", not_ready_message(&ctx.family.parent.ar.kind, &parents))
-            }
-            _ => Ok(()),
+        });
+        let mut problems = Vec::new();
+        for result in futures::future::join_all(runs).await {
+            problems.extend(result?);
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => bail!("{}", problems.join("\n")),
         }
     }
 }
@@ -282,7 +266,7 @@ async fn lead_then_reconcile(
 ) -> Result<()> {
     let (name, lease_namespace, identity) =
         (election.name.clone(), election.namespace.clone(), election.identity.clone());
-    let ctx = reconciling.ctx.clone();
+    let ctx = reconciling.controllers.first().map(|(ctx, _)| ctx.clone()).ok_or_else(|| anyhow!("no controller"))?;
     let mut candidate = election.start(conn.client.clone(), ctx.health.clone())?;
     ctx.health.standby.store(true, Ordering::Relaxed);
     tracing::info!("waiting for the lease {lease_namespace}/{name} as {identity}");

@@ -12,8 +12,8 @@ use crate::cluster::resolve::Gvr;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The parent type.
-    pub gvr: Gvr,
+    /// Which controllers to run.
+    pub source: Source,
     /// The namespace to reconcile; `None` for all of them.
     pub namespace: Option<String>,
     pub driver: Driver,
@@ -24,10 +24,23 @@ pub struct Settings {
     /// `--leader-elect`: reconcile only while holding this Lease.
     pub election: Option<Election>,
     pub serve: Serve,
-    /// A hook to sync with, in place of observing (or of the built-in sync, for Samples).
-    pub hook: Option<HookSettings>,
     /// How long the work in flight may take to finish once stopping.
     pub shutdown_timeout: Duration,
+}
+
+/// Where the controllers come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// `--gvr`: the Sample controller, or a hook's controller with `--hook` or `--hook-url`, or else
+    /// observe mode.
+    Flags {
+        gvr: Gvr,
+        /// A hook to sync with, in place of observing (or of the built-in sync, for Samples).
+        hook: Option<HookSettings>,
+    },
+    /// `-f`: every CompositeController and DecoratorController in these manifests (a file, a directory,
+    /// or `-`).
+    Manifests(Vec<PathBuf>),
 }
 
 /// When parents are reconciled.

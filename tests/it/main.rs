@@ -7,6 +7,7 @@ mod support;
 mod bad_input;
 mod churn;
 mod completion;
+mod controllers;
 mod faults;
 mod hooks;
 mod hung_requests;

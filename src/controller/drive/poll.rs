@@ -159,7 +159,7 @@ impl Poll {
             }
         };
         let not_ready = match result {
-            Ok(Done { outcome: Outcome::Ready | Outcome::Deleting, resync_after, wrote }) => {
+            Ok(Done { outcome: Outcome::Ready | Outcome::Deleting | Outcome::Ignored, resync_after, wrote }) => {
                 self.ctx.backoff.clear(&uid);
                 synced(state, resync_after, wrote);
                 None

@@ -13,7 +13,9 @@ use serde_json::Value;
 use super::request::{Failed, bounded};
 use super::{Applied, Context, failure, key, place, uid};
 use crate::controller::rules::FIELD_MANAGER;
-use crate::controller::rules::children::{ChildAction, ChildKey, Observed, action, conflict_message, controlled_by};
+use crate::controller::rules::children::{
+    ChildAction, ChildKey, Observed, Update, action, conflict_message, controlled_by,
+};
 use crate::controller::rules::status::Readiness;
 
 /// What writing one child came to.
@@ -21,11 +23,18 @@ enum ChildOutcome {
     Unchanged,
     Created,
     Updated,
+    /// Deleted, to be created as wanted once it is gone (`Recreate`).
+    Deleted,
     /// An object of that name is not this parent's: why.
     Conflict(String),
 }
 
 impl Context {
+    /// What is done to a child of type `kind` that differs from what its parent wants.
+    fn update_of(&self, kind: usize) -> Update {
+        self.updates.get(kind).copied().unwrap_or_default()
+    }
+
     /// Writes every desired child that differs from what the parent has, and deletes the children it
     /// controls and no longer wants. Goes on past a failure, so that one bad child does not hold up the
     /// others; the first failure is kept for the reconcile to report.
@@ -54,8 +63,13 @@ impl Context {
             }
             match self.write_child(parent, key, body, seen).await {
                 Ok(ChildOutcome::Unchanged) => {}
-                Ok(outcome @ (ChildOutcome::Created | ChildOutcome::Updated)) => {
-                    let word = if matches!(outcome, ChildOutcome::Created) { "created" } else { "updated" };
+                Ok(outcome @ (ChildOutcome::Created | ChildOutcome::Updated | ChildOutcome::Deleted)) => {
+                    let word = match outcome {
+                        ChildOutcome::Created => "created",
+                        ChildOutcome::Updated => "updated",
+                        // To be recreated as wanted once it is gone.
+                        _ => "deleted",
+                    };
                     applied.wrote = true;
                     self.changed(parent, &kind, key, word);
                 }
@@ -122,6 +136,17 @@ impl Context {
                         .map_err(|err| (format!("writing its {kind}"), Failed::Api(kube::Error::SerdeError(err))))?;
                     let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
                     bounded(api.create(&params, &object)).await.map(|_| ChildOutcome::Created)
+                }
+                ChildAction::Update if self.update_of(key.kind) == Update::OnDelete => {
+                    return Ok(ChildOutcome::Unchanged);
+                }
+                ChildAction::Update if self.update_of(key.kind) == Update::Recreate => {
+                    let existing = seen.as_ref().expect("an update is of an object");
+                    return match self.delete_child(&parent_uid, key, existing).await {
+                        Ok(true) => Ok(ChildOutcome::Deleted),
+                        Ok(false) => Ok(ChildOutcome::Unchanged),
+                        Err(failed) => Err((format!("deleting its {kind} to recreate it"), failed)),
+                    };
                 }
                 ChildAction::Update => {
                     let current = seen.as_ref().map(|o| &o.metadata);

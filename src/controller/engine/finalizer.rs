@@ -1,4 +1,4 @@
-//! Putting samplectl's finalizer on a parent and taking it off, each conditioned so that a concurrent
+//! Putting the controller's finalizer on a parent and taking it off, each conditioned so that a concurrent
 //! change to the parent's finalizers (another controller's) is never lost.
 
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -6,14 +6,13 @@ use serde_json::json;
 
 use super::Context;
 use super::request::{Failed, bounded};
-use crate::controller::rules::finalizer::FINALIZER;
 
 impl Context {
     /// Adds the finalizer, as a merge patch conditioned on the resourceVersion read: a 409 is retried
     /// with backoff, from a fresh read.
     pub(super) async fn add_finalizer(&self, parent: &DynamicObject) -> Result<DynamicObject, Failed> {
         let mut finalizers: Vec<String> = parent.metadata.finalizers.clone().unwrap_or_default();
-        finalizers.push(FINALIZER.to_owned());
+        finalizers.push(self.finalizer.name.clone());
         let patch =
             json!({"metadata": {"resourceVersion": parent.metadata.resource_version, "finalizers": finalizers}});
         let name = parent.metadata.name.as_deref().unwrap_or_default();
@@ -27,17 +26,20 @@ impl Context {
     /// whatever else happened to the parent since (a status written a moment ago, other finalizers
     /// added), only this entry goes; if it moved, the patch fails and is retried from a fresh read.
     pub(super) async fn remove_finalizer(&self, parent: &DynamicObject) -> Result<(), Failed> {
-        let Some(at) = parent.metadata.finalizers.iter().flatten().position(|f| f == FINALIZER) else {
+        let name = &self.finalizer.name;
+        let Some(at) = parent.metadata.finalizers.iter().flatten().position(|f| f == name) else {
             return Ok(());
         };
         let path = format!("/metadata/finalizers/{at}");
         let patch: json_patch::Patch = serde_json::from_value(json!([
-            {"op": "test", "path": path, "value": FINALIZER},
+            {"op": "test", "path": path, "value": name},
             {"op": "remove", "path": path},
         ]))
         .expect("a well-formed JSON patch");
-        let name = parent.metadata.name.as_deref().unwrap_or_default();
-        match bounded(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))).await {
+        let parent_name = parent.metadata.name.as_deref().unwrap_or_default();
+        match bounded(self.parent_api(parent).patch(parent_name, &PatchParams::default(), &Patch::<()>::Json(patch)))
+            .await
+        {
             Ok(_) => Ok(()),
             // Already gone: the parent was deleted once the last finalizer went.
             Err(failed) if failed.status() == Some(404) => Ok(()),

@@ -26,8 +26,9 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::Value;
 
-use super::rules::children::{ChildKey, Family, Observed, controlled_by};
-use super::rules::finalizer::{self as finalizer_rules, Step};
+use super::rules::children::{ChildKey, Family, Observed, Update, controlled_by};
+use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step};
+use super::rules::selector::LabelSelector;
 use super::rules::status::{Readiness, summary};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
@@ -60,6 +61,8 @@ pub enum Outcome {
     Deleting,
     /// Being deleted, and the hook has not yet said it is done cleaning up.
     Finalizing,
+    /// Not selected by the controller, and nothing of the controller's on it: left alone.
+    Ignored,
 }
 
 /// An outcome, when the sync asked to be called again, and whether anything was written: a reconcile
@@ -92,22 +95,34 @@ struct Applied {
     failure: Option<ReconcileError>,
 }
 
-/// One controller: the parent and child types, what syncs a parent, and whether it finalizes.
+/// One controller: its name, the parent and child types, what syncs a parent, its finalizer, which
+/// parents it takes, and how often it looks at each again without a change.
 pub struct Definition {
+    /// How logs and metrics name it: `samples`, `hook`, or a controller object's name.
+    pub name: String,
     pub family: Family,
     pub sync: Syncer,
-    /// With `--finalize`: samplectl's finalizer is put on each parent, so that the hook sees its deletion.
-    pub finalize: bool,
+    pub finalizer: Finalizer,
+    /// Only parents with these labels (a CompositeController's `parentResource.labelSelector`).
+    pub selector: Option<LabelSelector>,
+    /// Overrides the driver's resync (`resyncPeriodSeconds`).
+    pub resync: Option<Duration>,
+    /// What is done to a child of each type that differs from what its parent wants; in place for a type
+    /// not listed.
+    pub updates: Vec<Update>,
 }
 
 /// What every reconcile needs: the client, the parent and child types, the sync, the event queue, and
 /// the stores both drivers share.
 pub struct Context {
+    pub name: String,
     pub client: Client,
     pub family: Family,
     sync: Syncer,
-    /// With `--finalize`: samplectl's finalizer is put on each parent, so that the hook sees its deletion.
-    finalize: bool,
+    finalizer: Finalizer,
+    selector: Option<LabelSelector>,
+    pub resync: Option<Duration>,
+    updates: Vec<Update>,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
     pub backoff: Backoff,
@@ -142,14 +157,18 @@ fn failure(object: &str, action: &str, failed: Failed) -> ReconcileError {
 
 impl Context {
     pub fn new(client: Client, definition: Definition, metrics: Arc<Metrics>, health: Arc<Health>) -> Self {
-        let Definition { family, sync, finalize } = definition;
+        let Definition { name, family, sync, finalizer, selector, resync, updates } = definition;
         let reporter = Reporter { controller: "samplectl".into(), instance: hostname() };
         let recorder = Recorder::new(client.clone(), reporter);
         Context {
+            name,
             client,
             family,
             sync,
-            finalize,
+            finalizer,
+            selector,
+            resync,
+            updates,
             metrics,
             health,
             backoff: Backoff::default(),
@@ -207,6 +226,7 @@ impl Context {
             Ok(Done { outcome: Outcome::Ready, .. }) => "ready",
             Ok(Done { outcome: Outcome::NotReady(_) | Outcome::Conflict(_), .. }) => "not_ready",
             Ok(Done { outcome: Outcome::Deleting | Outcome::Finalizing, .. }) => "deleting",
+            Ok(Done { outcome: Outcome::Ignored, .. }) => "ignored",
             Err(_) => "error",
         };
         self.metrics.reconciled(label, started.elapsed());
@@ -229,9 +249,19 @@ impl Context {
 
         let mut parent = Cow::Borrowed(parent);
         let mut wrote = false;
-        let holds = finalizer_rules::holds(parent.metadata.finalizers.as_deref());
-        let step = finalizer_rules::step(self.finalize, holds, parent.metadata.deletion_timestamp.is_some());
+        let empty = Default::default();
+        let facts = Facts {
+            finalize: self.finalizer.enabled,
+            holds: finalizer_rules::holds(parent.metadata.finalizers.as_deref(), &self.finalizer.name),
+            deleting: parent.metadata.deletion_timestamp.is_some(),
+            selected: self
+                .selector
+                .as_ref()
+                .is_none_or(|s| s.matches(parent.metadata.labels.as_ref().unwrap_or(&empty))),
+        };
+        let step = finalizer_rules::step(facts);
         match step {
+            Step::Ignore => return Ok(Done { outcome: Outcome::Ignored, resync_after: None, wrote: false }),
             Step::Stop => return stop(false),
             Step::AddThenSync => {
                 let added =

@@ -199,6 +199,19 @@ pub fn json_type(value: &Value) -> &'static str {
     }
 }
 
+/// What is done to an existing child that differs from what its parent wants (metacontroller's
+/// `updateStrategy.method`, for the non-rolling methods).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Update {
+    /// Left as it is; put back as wanted only once someone else deletes it.
+    OnDelete,
+    /// Deleted, and created as wanted once it is gone.
+    Recreate,
+    /// Updated where it stands (samplectl's own controllers, and `--hook`).
+    #[default]
+    InPlace,
+}
+
 /// What to do about one desired child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildAction {

@@ -1,9 +1,25 @@
-//! Where a parent stands with samplectl's finalizer, from three facts: whether this controller finalizes
-//! (`--finalize`), whether the parent carries the finalizer, and whether it is being deleted. The engine
-//! takes the step and then syncs, or stops.
+//! Where a parent stands with its controller's finalizer, from four facts: whether the controller
+//! finalizes (`--finalize`, or a finalize hook), whether the parent carries the finalizer, whether it is
+//! being deleted, and whether the controller's selector still takes it in. The engine takes the step and
+//! then syncs, or stops.
 
-/// The finalizer `--finalize` puts on each parent.
+/// The finalizer `--finalize` puts on each parent. A CompositeController's or DecoratorController's is
+/// metacontroller's own name for it, so that either engine finishes what the other started.
 pub const FINALIZER: &str = "samplectl.io/finalizer";
+
+/// metacontroller's finalizer for the controller object `kind` (`CompositeController`,
+/// `DecoratorController`) named `name`.
+pub fn metacontroller_finalizer(kind: &str, name: &str) -> String {
+    format!("metacontroller.io/{}-{name}", kind.to_lowercase())
+}
+
+/// A controller's finalizer: its name, and whether the controller puts it on its parents (a controller
+/// that does not still takes its own off, should an earlier run have left it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finalizer {
+    pub name: String,
+    pub enabled: bool,
+}
 
 /// What to do with the finalizer before (or instead of) syncing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,33 +28,50 @@ pub enum Step {
     Sync,
     /// Put the finalizer on, then sync, so that the hook sees the parent's deletion.
     AddThenSync,
-    /// Being deleted and holding the finalizer: sync with `finalizing: true` until the hook says done.
+    /// Being deleted (or no longer selected) and holding the finalizer: sync with `finalizing: true`
+    /// until the hook says done.
     Finalize,
-    /// Left by an earlier run with `--finalize`: without it nothing would ever take it off. Take it off,
+    /// Left by an earlier run that finalized: without it nothing would ever take it off. Take it off,
     /// then sync.
     RemoveThenSync,
-    /// The same, on a parent being deleted: take it off and stop.
+    /// The same, on a parent being deleted or no longer selected: take it off and stop.
     RemoveThenStop,
     /// Being deleted, and nothing (more) for samplectl to do: garbage collection removes the children.
     Stop,
+    /// Not selected (any more), and nothing of this controller's on it: not this controller's parent.
+    Ignore,
 }
 
-pub fn step(finalize: bool, holds_finalizer: bool, deleting: bool) -> Step {
-    match (finalize, holds_finalizer, deleting) {
+/// The facts a step is decided from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// The controller finalizes its parents.
+    pub finalize: bool,
+    /// The parent carries the controller's finalizer.
+    pub holds: bool,
+    pub deleting: bool,
+    /// The controller's selector takes the parent in (always, without a selector).
+    pub selected: bool,
+}
+
+pub fn step(facts: Facts) -> Step {
+    let Facts { finalize, holds, deleting, selected } = facts;
+    let leaving = deleting || !selected;
+    match (finalize, holds, leaving) {
         (true, true, true) => Step::Finalize,
-        (true, false, true) => Step::Stop,
-        (true, false, false) => Step::AddThenSync,
         (true, true, false) => Step::Sync,
+        (true, false, false) => Step::AddThenSync,
         (false, true, true) => Step::RemoveThenStop,
         (false, true, false) => Step::RemoveThenSync,
-        (false, false, true) => Step::Stop,
+        (_, false, true) if !selected => Step::Ignore,
+        (_, false, true) => Step::Stop,
         (false, false, false) => Step::Sync,
     }
 }
 
-/// Whether a parent's finalizers hold samplectl's.
-pub fn holds(finalizers: Option<&[String]>) -> bool {
-    finalizers.into_iter().flatten().any(|f| f == FINALIZER)
+/// Whether a parent's finalizers hold `name`.
+pub fn holds(finalizers: Option<&[String]>, name: &str) -> bool {
+    finalizers.into_iter().flatten().any(|f| f == name)
 }
 
 #[cfg(test)]
@@ -47,30 +80,38 @@ mod tests {
 
     #[test]
     fn every_combination_has_its_step() {
-        // (finalize, holds, deleting) → step
+        // (finalize, holds, deleting, selected) → step
         let table = [
-            ((true, false, false), Step::AddThenSync),
-            ((true, true, false), Step::Sync),
-            ((true, true, true), Step::Finalize),
-            ((true, false, true), Step::Stop),
-            ((false, true, false), Step::RemoveThenSync),
-            ((false, true, true), Step::RemoveThenStop),
-            ((false, false, true), Step::Stop),
-            ((false, false, false), Step::Sync),
+            ((true, false, false, true), Step::AddThenSync),
+            ((true, true, false, true), Step::Sync),
+            ((true, true, true, true), Step::Finalize),
+            ((true, false, true, true), Step::Stop),
+            ((false, true, false, true), Step::RemoveThenSync),
+            ((false, true, true, true), Step::RemoveThenStop),
+            ((false, false, true, true), Step::Stop),
+            ((false, false, false, true), Step::Sync),
+            // No longer selected: finalized if it holds the finalizer, else not this controller's.
+            ((true, true, false, false), Step::Finalize),
+            ((true, true, true, false), Step::Finalize),
+            ((false, true, false, false), Step::RemoveThenStop),
+            ((true, false, false, false), Step::Ignore),
+            ((false, false, false, false), Step::Ignore),
+            ((false, false, true, false), Step::Ignore),
         ];
-        for ((finalize, holds, deleting), expected) in table {
-            assert_eq!(
-                step(finalize, holds, deleting),
-                expected,
-                "finalize={finalize} holds={holds} deleting={deleting}"
-            );
+        for ((finalize, holds, deleting, selected), expected) in table {
+            let facts = Facts { finalize, holds, deleting, selected };
+            assert_eq!(step(facts), expected, "{facts:?}");
         }
     }
 
     #[test]
-    fn only_samplectls_finalizer_counts() {
-        assert!(!holds(None));
-        assert!(!holds(Some(&["example.com/other".to_owned()])));
-        assert!(holds(Some(&["example.com/other".to_owned(), FINALIZER.to_owned()])));
+    fn only_the_named_finalizer_counts() {
+        assert!(!holds(None, FINALIZER));
+        assert!(!holds(Some(&["example.com/other".to_owned()]), FINALIZER));
+        assert!(holds(Some(&["example.com/other".to_owned(), FINALIZER.to_owned()]), FINALIZER));
+        assert_eq!(
+            metacontroller_finalizer("CompositeController", "catset"),
+            "metacontroller.io/compositecontroller-catset"
+        );
     }
 }

@@ -12,7 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::{Answer, parse_answer};
+use super::{Answer, Version, parse_answer};
 
 /// An answer larger than this is refused: a hook that prints without end must not exhaust memory.
 const MAX_ANSWER: usize = 64 << 20;
@@ -59,15 +59,23 @@ impl std::fmt::Display for Target {
 
 type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 
-/// A hook with its deadline, ready to be called.
+/// A hook with its deadline and the shape of its requests and answers, ready to be called.
 pub struct Hook {
     pub target: Target,
     pub timeout: Duration,
+    pub version: Version,
+    /// Answers with a field the protocol does not have are refused.
+    pub strict: bool,
     client: Option<Client<Https, Full<bytes::Bytes>>>,
 }
 
 impl Hook {
+    /// A v1 hook, reading answers loosely, as `--hook` and `--hook-url` run one.
     pub fn new(target: Target, timeout: Duration) -> anyhow::Result<Self> {
+        Self::versioned(target, timeout, Version::V1, false)
+    }
+
+    pub fn versioned(target: Target, timeout: Duration, version: Version, strict: bool) -> anyhow::Result<Self> {
         let client = match &target {
             Target::Command(_) => None,
             Target::Url(_) => {
@@ -79,7 +87,7 @@ impl Hook {
                 Some(Client::builder(TokioExecutor::new()).build(https))
             }
         };
-        Ok(Hook { target, timeout, client })
+        Ok(Hook { target, timeout, version, strict, client })
     }
 
     /// Calls the hook for the parent `object` (`namespace/name`, for the log) with `request`.
@@ -89,7 +97,7 @@ impl Hook {
             Target::Command(words) => self.run(words, object, body).await?,
             Target::Url(uri) => self.post(uri, body).await?,
         };
-        parse_answer(&answer)
+        parse_answer(&answer, self.strict)
     }
 
     async fn run(&self, words: &[String], object: &str, stdin: Vec<u8>) -> Result<Vec<u8>, String> {

@@ -20,20 +20,34 @@ use hook::Hook;
 pub enum Syncer {
     /// Samples: [`sample::sync`].
     Sample,
-    /// A hook, with the controller object every request carries.
-    Hook { hook: Box<Hook>, controller: Value },
+    Hook(Box<Hooks>),
+}
+
+/// A hook controller's hooks, with the controller object every request carries.
+pub struct Hooks {
+    pub sync: Hook,
+    /// Called instead of `sync` while the parent is being finalized; `sync` is called then when absent.
+    pub finalize: Option<Hook>,
+    pub controller: Value,
+}
+
+/// The shape of a hook's requests and answers, as metacontroller's `hooks.*.version`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Version {
+    /// Objects keyed relative to the parent: `name`, or `namespace/name` for a namespaced object of a
+    /// cluster-scoped parent.
+    #[default]
+    V1,
+    /// Objects keyed uniformly: `namespace/name` for every namespaced object, `name` otherwise.
+    V2,
 }
 
 impl Syncer {
-    pub fn hook(hook: Hook, family: &Family) -> Self {
-        Syncer::Hook { controller: controller_object(family, "samplectl"), hook: Box::new(hook) }
-    }
-
     /// How it is named in messages: "the Sample sync", "hook ./sync.sh".
     pub fn name(&self) -> String {
         match self {
             Syncer::Sample => "the Sample sync".into(),
-            Syncer::Hook { hook, .. } => format!("hook {}", hook.target),
+            Syncer::Hook(hooks) => format!("hook {}", hooks.sync.target),
         }
     }
 
@@ -41,7 +55,7 @@ impl Syncer {
     pub fn timeout(&self) -> Duration {
         match self {
             Syncer::Sample => Duration::ZERO,
-            Syncer::Hook { hook, .. } => hook.timeout,
+            Syncer::Hook(hooks) => hooks.finalize.iter().map(|f| f.timeout).fold(hooks.sync.timeout, Duration::max),
         }
     }
 
@@ -50,11 +64,11 @@ impl Syncer {
     pub fn status_style(&self) -> Style {
         match self {
             Syncer::Sample => Style::Apply,
-            Syncer::Hook { .. } => Style::Replace,
+            Syncer::Hook(_) => Style::Replace,
         }
     }
 
-    /// What `parent` wants, given the children it controls; `object` names it in the hook's log lines.
+    /// What `parent` wants, given the children it controls.
     pub async fn call(
         &self,
         family: &Family,
@@ -65,8 +79,12 @@ impl Syncer {
     ) -> Result<Answer, String> {
         match self {
             Syncer::Sample => Ok(sample::sync(parent, children, now)),
-            Syncer::Hook { hook, controller } => {
-                let request = request(controller, family, parent, children, finalizing);
+            Syncer::Hook(hooks) => {
+                let hook = match (&hooks.finalize, finalizing) {
+                    (Some(finalize), true) => finalize,
+                    _ => &hooks.sync,
+                };
+                let request = request(&hooks.controller, family, parent, children, finalizing, hook.version);
                 let object = match parent.metadata.namespace.as_deref() {
                     Some(ns) => format!("{ns}/{}", parent.metadata.name.as_deref().unwrap_or_default()),
                     None => parent.metadata.name.clone().unwrap_or_default(),
@@ -106,21 +124,23 @@ pub fn controller_object(family: &Family, name: &str) -> Value {
     })
 }
 
-/// The request for one parent. Every child type is present, empty or not; a child is keyed by its name,
-/// or by `namespace/name` when a cluster-scoped parent has namespaced children (as metacontroller does).
+/// The request for one parent. Every child type is present, empty or not; a child is keyed as `version`
+/// says.
 pub fn request(
     controller: &Value,
     family: &Family,
     parent: &DynamicObject,
     children: &Observed,
     finalizing: bool,
+    version: Version,
 ) -> Value {
     let mut by_type: Map<String, Value> =
         (0..family.children.len()).map(|kind| (family.type_key(kind), Value::Object(Map::new()))).collect();
     for (key, child) in children {
-        let name = match (family.parent.namespaced, key.namespace.as_str()) {
-            (false, ns) if !ns.is_empty() => format!("{ns}/{}", key.name),
-            _ => key.name.clone(),
+        let name = match (version, family.parent.namespaced, key.namespace.as_str()) {
+            (_, _, "") => key.name.clone(),
+            (Version::V1, true, _) => key.name.clone(),
+            (Version::V1, false, ns) | (Version::V2, _, ns) => format!("{ns}/{}", key.name),
         };
         let mut object = serde_json::to_value(child).unwrap_or(Value::Null);
         if let Some(metadata) = object["metadata"].as_object_mut() {
@@ -142,8 +162,9 @@ pub fn request(
 }
 
 /// Reads a hook's answer. Anything but an object with the fields in their types is refused whole, so a
-/// half-understood answer never changes anything.
-pub fn parse_answer(body: &[u8]) -> Result<Answer, String> {
+/// half-understood answer never changes anything. `strict` (a v2 hook's default, as metacontroller's)
+/// also refuses a field the answer does not have, rather than ignoring it.
+pub fn parse_answer(body: &[u8], strict: bool) -> Result<Answer, String> {
     let value: Value = serde_json::from_slice(body).map_err(|err| {
         let start = String::from_utf8_lossy(&body[..body.len().min(80)]).into_owned();
         if body.iter().all(u8::is_ascii_whitespace) {
@@ -179,6 +200,9 @@ pub fn parse_answer(body: &[u8]) -> Result<Answer, String> {
         Some(Value::Bool(b)) => b,
         Some(_) => return Err("answered a finalized that is not true or false".into()),
     };
+    if strict && let Some(unknown) = answer.keys().next() {
+        return Err(format!("answered unknown field {unknown:?} (its answers are read strictly)"));
+    }
     Ok(Answer { status, children, resync_after, finalized })
 }
 
@@ -226,7 +250,7 @@ mod tests {
         .unwrap();
         let children = Observed::from([(ChildKey { kind: 0, namespace: "a".into(), name: "c".into() }, child)]);
         let controller = controller_object(&family, "samplectl");
-        let request = request(&controller, &family, &parent, &children, true);
+        let request = request(&controller, &family, &parent, &children, true, Version::V1);
         assert_eq!(request["children"]["ConfigMap.v1"]["a/c"]["data"]["k"], "v");
         assert_eq!(request["children"]["Deployment.apps/v1"], json!({}));
         assert_eq!(request["parent"]["spec"]["n"], 1);
@@ -239,15 +263,54 @@ mod tests {
     }
 
     #[test]
+    fn v1_keys_relative_to_the_parent_and_v2_by_namespace_always() {
+        let namespaced = Family {
+            parent: resolved("example.com/v1", "Widget", "widgets", true),
+            children: vec![
+                resolved("v1", "ConfigMap", "configmaps", true),
+                resolved("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", false),
+            ],
+        };
+        let parent: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "a"},
+        }))
+        .unwrap();
+        let object = |kind: &str, namespace: Option<&str>| -> DynamicObject {
+            serde_json::from_value(json!({"kind": kind, "metadata": {"name": "c", "namespace": namespace}})).unwrap()
+        };
+        let children = Observed::from([
+            (ChildKey { kind: 0, namespace: "a".into(), name: "c".into() }, object("ConfigMap", Some("a"))),
+            (ChildKey { kind: 1, namespace: String::new(), name: "c".into() }, object("ClusterRole", None)),
+        ]);
+        let v1 = request(&json!({}), &namespaced, &parent, &children, false, Version::V1);
+        assert!(v1["children"]["ConfigMap.v1"]["c"].is_object());
+        assert!(v1["children"]["ClusterRole.rbac.authorization.k8s.io/v1"]["c"].is_object());
+        let v2 = request(&json!({}), &namespaced, &parent, &children, false, Version::V2);
+        assert!(v2["children"]["ConfigMap.v1"]["a/c"].is_object());
+        assert!(v2["children"]["ClusterRole.rbac.authorization.k8s.io/v1"]["c"].is_object());
+        assert_eq!(v2["related"], json!({}));
+    }
+
+    #[test]
+    fn a_strict_answer_has_only_known_fields() {
+        let body = br#"{"status": {}, "labels": {"a": "b"}}"#;
+        assert!(parse_answer(body, false).is_ok(), "loose: ignored");
+        let err = parse_answer(body, true).unwrap_err();
+        assert!(err.contains(r#"answered unknown field "labels""#), "{err}");
+        assert!(parse_answer(br#"{"children": [], "finalized": false}"#, true).is_ok());
+    }
+
+    #[test]
     fn answers_are_read_whole_or_refused() {
         let answer =
-            parse_answer(br#"{"status": {"n": 1}, "children": [{"kind": "X"}], "resyncAfterSeconds": 1.5}"#).unwrap();
+            parse_answer(br#"{"status": {"n": 1}, "children": [{"kind": "X"}], "resyncAfterSeconds": 1.5}"#, false)
+                .unwrap();
         assert_eq!(answer.status, Some(json!({"n": 1})));
         assert_eq!(answer.children.len(), 1);
         assert_eq!(answer.resync_after, Some(Duration::from_millis(1500)));
         assert!(!answer.finalized);
-        assert_eq!(parse_answer(b"{}").unwrap(), Answer::default());
-        assert!(parse_answer(br#"{"finalized": true, "status": null}"#).unwrap().finalized);
+        assert_eq!(parse_answer(b"{}", false).unwrap(), Answer::default());
+        assert!(parse_answer(br#"{"finalized": true, "status": null}"#, false).unwrap().finalized);
 
         for (body, error) in [
             (&b""[..], "answered nothing"),
@@ -260,7 +323,7 @@ mod tests {
             (br#"{"resyncAfterSeconds": "5"}"#, "not a number"),
             (br#"{"finalized": "yes"}"#, "not true or false"),
         ] {
-            let err = parse_answer(body).unwrap_err();
+            let err = parse_answer(body, false).unwrap_err();
             assert!(err.contains(error), "{body:?}: {err}");
         }
     }

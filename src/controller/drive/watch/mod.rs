@@ -318,6 +318,8 @@ async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Ac
         Outcome::NotReady(reason) | Outcome::Conflict(reason) => Err(Failure::NotReady(reason, resync_after)),
         Outcome::Finalizing => Ok(Action::requeue(resync_after.unwrap_or(FINALIZE_RECHECK))),
         Outcome::Ready | Outcome::Deleting => Ok(next(shared.resync, resync_after)),
+        // Not this controller's until it changes.
+        Outcome::Ignored => Ok(Action::await_change()),
     }
 }
 

@@ -1,0 +1,96 @@
+//! A CompositeController made a [`Definition`]: its parent and child types resolved through discovery,
+//! its hooks made callable, its finalizer (metacontroller's name for it, so either engine finishes what
+//! the other started), its parent selector and resync period. What samplectl cannot run as written is
+//! refused with the field that says it.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::api::{CompositeController, Method};
+use super::flags::check;
+use super::hooks::callable;
+use crate::cluster::client::Connection;
+use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
+use crate::controller::engine::Definition;
+use crate::controller::rules::children::{Family, Update};
+use crate::controller::rules::finalizer::{Finalizer, metacontroller_finalizer};
+use crate::controller::sync::{Hooks, Syncer};
+
+pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Definition> {
+    let spec = &cc.spec;
+    let (api_version, resource) = (&spec.parent_resource.api_version, &spec.parent_resource.resource);
+    let parent = resolve(conn, api_version, resource, "spec.parentResource").await?;
+    let mut children = Vec::new();
+    let mut updates = Vec::new();
+    for (i, child) in spec.child_resources.iter().enumerate() {
+        let field = format!("spec.childResources[{i}]");
+        let resolved = resolve(conn, &child.api_version, &child.resource, &field).await?;
+        if children
+            .iter()
+            .any(|c: &Resolved| c.ar.api_version == resolved.ar.api_version && c.ar.kind == resolved.ar.kind)
+        {
+            bail!("{field}: {} is given twice", resolved.qualified_plural());
+        }
+        let method = child.update_strategy.as_ref().and_then(|s| s.method).unwrap_or_default();
+        updates.push(match method {
+            Method::OnDelete => Update::OnDelete,
+            Method::Recreate => Update::Recreate,
+            Method::InPlace => Update::InPlace,
+            Method::RollingRecreate | Method::RollingInPlace => {
+                bail!("{field}.updateStrategy.method: {method:?} is not run yet (samplectl issue 26)")
+            }
+        });
+        children.push(resolved);
+    }
+    let family = Family { parent, children };
+    check(&family)?;
+
+    let hooks = spec.hooks.as_ref().ok_or_else(|| anyhow!("spec.hooks: no hooks defined"))?;
+    if hooks.customize.is_some() {
+        bail!("spec.hooks.customize: customize hooks are not run yet (samplectl issue 26)");
+    }
+    if !spec.endpoint_configs.is_empty() {
+        bail!("spec.endpointConfigs: not run yet (samplectl issue 26)");
+    }
+    if spec.generate_selector == Some(true) {
+        bail!("spec.generateSelector: not run yet (samplectl issue 26)");
+    }
+    for (which, hook) in [("preUpdateChild", &hooks.pre_update_child), ("postUpdateChild", &hooks.post_update_child)] {
+        if hook.is_some() {
+            // metacontroller accepts these and never calls them; so does samplectl, saying so.
+            tracing::warn!(
+                controller = cc.metadata.name,
+                "spec.hooks.{which} is never called (nor is it by metacontroller)"
+            );
+        }
+    }
+    let sync =
+        hooks.sync.as_ref().ok_or_else(|| anyhow!("spec.hooks.sync: a CompositeController needs a sync hook"))?;
+    let sync = callable("sync", sync)?;
+    let finalize = hooks.finalize.as_ref().map(|hook| callable("finalize", hook)).transpose()?;
+    let selector = spec.parent_resource.label_selector.clone();
+    if let Some(selector) = &selector {
+        selector.check().map_err(|why| anyhow!("spec.parentResource.labelSelector: {why}"))?;
+    }
+    let controller = serde_json::to_value(cc).context("cannot write the controller object as JSON")?;
+    Ok(Definition {
+        name: cc.metadata.name.clone(),
+        finalizer: Finalizer {
+            name: metacontroller_finalizer("CompositeController", &cc.metadata.name),
+            enabled: finalize.is_some(),
+        },
+        family,
+        sync: Syncer::Hook(Box::new(Hooks { sync, finalize, controller })),
+        selector,
+        // metacontroller raises a period under a second to one second.
+        resync: spec.resync_period_seconds.map(|s| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))),
+        updates,
+    })
+}
+
+/// The type `apiVersion` and `resource` name, through discovery; `field` says where they were given.
+async fn resolve(conn: &Connection, api_version: &str, resource: &str, field: &str) -> Result<Resolved> {
+    let gvr = Gvr::parse(&format!("{api_version}/{resource}")).map_err(|why| anyhow!("{field}: {why}"))?;
+    resolve_gvr(&conn.client, &gvr).await.with_context(|| field.to_owned())
+}

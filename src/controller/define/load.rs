@@ -1,0 +1,227 @@
+//! Reading controller objects from manifests (`reconcile -f`): a file, a directory's `.yaml`, `.yml` and
+//! `.json` files (in name order, not recursing, as `kubectl apply -f DIR` reads them), or `-` for stdin;
+//! each YAML document, and each item of a `List`, is one object. CompositeControllers and
+//! DecoratorControllers are read strictly; every other kind is skipped, since upstream manifests put a
+//! controller next to the Deployment and Service that serve its hook.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::api::{API_VERSION, COMPOSITE, CompositeController, DECORATOR, DecoratorController, GROUP};
+
+/// A controller object as read, with where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Object {
+    Composite(Box<CompositeController>),
+    Decorator(Box<DecoratorController>),
+}
+
+impl Object {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Object::Composite(_) => COMPOSITE,
+            Object::Decorator(_) => DECORATOR,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Object::Composite(cc) => &cc.metadata.name,
+            Object::Decorator(dc) => &dc.metadata.name,
+        }
+    }
+}
+
+/// A manifest that cannot be read, worded as kubectl words it, with the file it is in.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadManifest(pub String);
+
+/// Every controller object in `paths`, in the order given (a directory's files by name).
+pub fn read(paths: &[PathBuf]) -> Result<Vec<Object>, BadManifest> {
+    let mut objects = Vec::new();
+    for path in paths {
+        for (source, text) in sources(path)? {
+            objects.extend(parse(&source, &text)?);
+        }
+    }
+    Ok(objects)
+}
+
+/// The texts `path` names, each with the name it goes by in messages.
+fn sources(path: &Path) -> Result<Vec<(String, String)>, BadManifest> {
+    let shown = path.display().to_string();
+    if shown == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|err| BadManifest(format!("error reading standard input: {err}")))?;
+        return Ok(vec![("STDIN".into(), text)]);
+    }
+    let read = |file: &Path| {
+        std::fs::read_to_string(file).map_err(|err| match err.kind() {
+            std::io::ErrorKind::NotFound => BadManifest(format!("the path \"{}\" does not exist", file.display())),
+            _ => BadManifest(format!("error reading {}: {err}", file.display())),
+        })
+    };
+    if !path.is_dir() {
+        return Ok(vec![(shown, read(path)?)]);
+    }
+    let entries = std::fs::read_dir(path).map_err(|err| BadManifest(format!("error reading {shown}: {err}")))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|file| file.is_file())
+        .filter(|file| matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")))
+        .collect();
+    files.sort();
+    files.into_iter().map(|file| Ok((file.display().to_string(), read(&file)?))).collect()
+}
+
+/// The controller objects in one text of YAML documents (JSON is YAML).
+pub fn parse(source: &str, text: &str) -> Result<Vec<Object>, BadManifest> {
+    let mut objects = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let value =
+            Value::deserialize(document).map_err(|err| BadManifest(format!("error parsing {source}: {err}")))?;
+        match value {
+            Value::Null => {}
+            Value::Object(_) => collect(source, value, &mut objects)?,
+            other => {
+                return Err(BadManifest(format!(
+                    "error parsing {source}: a document is {}, not an object",
+                    crate::controller::rules::children::json_type(&other)
+                )));
+            }
+        }
+    }
+    Ok(objects)
+}
+
+fn collect(source: &str, value: Value, objects: &mut Vec<Object>) -> Result<(), BadManifest> {
+    let kind = value["kind"].as_str().unwrap_or_default().to_owned();
+    let api_version = value["apiVersion"].as_str().unwrap_or_default().to_owned();
+    if kind.is_empty() || api_version.is_empty() {
+        let missing = if kind.is_empty() { "kind" } else { "apiVersion" };
+        return Err(BadManifest(format!("error validating {source}: an object is missing {missing}")));
+    }
+    if kind.ends_with("List") && value["items"].is_array() {
+        let Value::Object(mut list) = value else { unreachable!("checked by the caller") };
+        if let Some(Value::Array(items)) = list.remove("items") {
+            for item in items {
+                collect(source, item, objects)?;
+            }
+        }
+        return Ok(());
+    }
+    let ours = kind == COMPOSITE || kind == DECORATOR;
+    let group = api_version.split_once('/').map_or("", |(group, _)| group);
+    if !ours || group != GROUP {
+        tracing::debug!(source, kind, "skipping a {kind}: not a controller object");
+        return Ok(());
+    }
+    let name = value["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let what = if name.is_empty() { format!("a {kind}") } else { format!("{kind} {name:?}") };
+    if api_version != API_VERSION {
+        return Err(BadManifest(format!(
+            "error validating {source}: {what} is {api_version}; samplectl reads {API_VERSION}, the version \
+             metacontroller serves"
+        )));
+    }
+    if name.is_empty() {
+        return Err(BadManifest(format!("error validating {source}: {what} has no metadata.name")));
+    }
+    let strict = |err: serde_path_to_error::Error<serde_json::Error>| {
+        let path = err.path().to_string();
+        let inner = err.into_inner().to_string();
+        let at = if path == "." { String::new() } else { format!(" at {path}") };
+        BadManifest(format!("error validating {source}: {what}{at}: {inner}"))
+    };
+    let object = match kind.as_str() {
+        COMPOSITE => Object::Composite(Box::new(serde_path_to_error::deserialize(value).map_err(strict)?)),
+        _ => Object::Decorator(Box::new(serde_path_to_error::deserialize(value).map_err(strict)?)),
+    };
+    objects.push(object);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTROLLER: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: hook-server}
+---
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata:
+  name: catset-controller
+spec:
+  parentResource: {apiVersion: ctl.enisoc.com/v1, resource: catsets, revisionHistory: {fieldPaths: [spec.template]}}
+  childResources:
+    - apiVersion: v1
+      resource: pods
+      updateStrategy: {method: RollingRecreate, statusChecks: {conditions: [{type: Ready, status: "True"}]}}
+  hooks:
+    sync: {webhook: {url: "http://catset-controller.metacontroller/sync"}}
+    finalize: {version: v2, webhook: {service: {name: catset, namespace: metacontroller, port: 8080}, path: /finalize}}
+---
+"#;
+
+    #[test]
+    fn controllers_are_read_and_other_kinds_skipped() {
+        let objects = parse("catset.yaml", CONTROLLER).unwrap();
+        assert_eq!(objects.len(), 1);
+        let Object::Composite(cc) = &objects[0] else { panic!("a CompositeController") };
+        assert_eq!(cc.metadata.name, "catset-controller");
+        assert_eq!(cc.spec.parent_resource.resource, "catsets");
+        let strategy = cc.spec.child_resources[0].update_strategy.as_ref().unwrap();
+        assert_eq!(strategy.method, Some(super::super::api::Method::RollingRecreate));
+        let finalize = cc.spec.hooks.as_ref().unwrap().finalize.as_ref().unwrap();
+        assert_eq!(finalize.version, Some(super::super::api::HookVersion::V2));
+        assert_eq!(finalize.webhook.as_ref().unwrap().service.as_ref().unwrap().port, Some(8080));
+    }
+
+    #[test]
+    fn lists_are_opened_and_json_reads_as_yaml() {
+        let list = r#"{"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+             "metadata": {"name": "d"}, "spec": {"resources": [{"apiVersion": "v1", "resource": "pods"}]}}]}"#;
+        let objects = parse("list.json", list).unwrap();
+        assert_eq!(objects.len(), 1);
+        assert_eq!((objects[0].kind(), objects[0].name()), ("DecoratorController", "d"));
+    }
+
+    #[test]
+    fn mistakes_are_named_with_their_place() {
+        let err = |text: &str| parse("c.yaml", text).unwrap_err().0;
+        let head = "apiVersion: metacontroller.k8s.io/v1alpha1\nkind: CompositeController\nmetadata: {name: c}\n";
+        let unknown = err(&format!("{head}spec:\n  parentResource: {{apiVersion: v1, resource: x, selector: {{}}}}\n"));
+        assert!(
+            unknown.starts_with(
+                "error validating c.yaml: CompositeController \"c\" at spec.parentResource.selector: unknown field `selector`"
+            ),
+            "{unknown}"
+        );
+        let method = err(&format!(
+            "{head}spec:\n  parentResource: {{apiVersion: v1, resource: x}}\n  childResources: [{{apiVersion: v1, resource: y, updateStrategy: {{method: Sometimes}}}}]\n"
+        ));
+        assert!(
+            method.contains("at spec.childResources[0].updateStrategy.method: unknown variant `Sometimes`"),
+            "{method}"
+        );
+        let missing = err(&format!("{head}spec: {{}}\n"));
+        assert!(missing.contains("missing field `parentResource`"), "{missing}");
+        assert!(err("kind: CompositeController\n").contains("missing apiVersion"));
+        assert!(
+            err("apiVersion: metacontroller.k8s.io/v2\nkind: CompositeController\nmetadata: {name: c}\n")
+                .contains("is metacontroller.k8s.io/v2; samplectl reads metacontroller.k8s.io/v1alpha1")
+        );
+        assert!(err("a: [\n").starts_with("error parsing c.yaml: "));
+        assert!(err("- 1\n").contains("a document is a list, not an object"));
+    }
+}

@@ -1,0 +1,54 @@
+//! Where controllers come from, each made a [`Definition`] the engine runs: the flags (`--hook`,
+//! `--child`, or the built-in Sample controller; `flags`), and metacontroller's controller objects read
+//! from manifests (`api` for their fields, `load` for reading them, `composite` for a CompositeController,
+//! `hooks` for a hook's address and protocol). Everything a definition needs from the cluster (its
+//! types, through discovery) is resolved here, and everything that cannot work is refused here, before
+//! anything is written.
+
+pub mod api;
+mod composite;
+mod flags;
+mod hooks;
+pub mod load;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+
+use super::engine::Definition;
+use crate::cluster::client::Connection;
+pub use flags::{built_in, hooked};
+use load::Object;
+
+/// Every controller the manifests at `paths` hold, resolved and checked: none of them runs unless all of
+/// them can.
+pub async fn from_manifests(conn: &Connection, paths: &[PathBuf]) -> Result<Vec<Definition>> {
+    let objects = load::read(paths)?;
+    if objects.is_empty() {
+        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        bail!("no CompositeController or DecoratorController found in {}", shown.join(", "));
+    }
+    let mut definitions = Vec::new();
+    let mut parents: HashMap<String, String> = HashMap::new();
+    let mut names: HashMap<(&'static str, String), ()> = HashMap::new();
+    for object in &objects {
+        let what = format!("{} {:?}", object.kind(), object.name());
+        if names.insert((object.kind(), object.name().to_owned()), ()).is_some() {
+            bail!("{what} is given twice");
+        }
+        let definition = match object {
+            Object::Composite(cc) => composite::define(conn, cc).await,
+            Object::Decorator(_) => {
+                Err(anyhow::anyhow!("DecoratorController objects are read but not run yet (samplectl issue 26)"))
+            }
+        };
+        let definition = definition.map_err(|err| err.context(format!("cannot run {what}")))?;
+        let parent = definition.family.parent.qualified_plural();
+        if let Some(other) = parents.insert(parent.clone(), what.clone()) {
+            bail!("{other} and {what} both reconcile {parent}; each parent type may have one controller");
+        }
+        definitions.push(definition);
+    }
+    Ok(definitions)
+}

@@ -1,0 +1,134 @@
+//! Kubernetes' label selectors, and metacontroller's annotation selectors (the same rules over
+//! annotations): read strictly from controller objects, checked, and matched against an object.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Kubernetes' label selector, read strictly.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelector {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<Requirement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Requirement {
+    pub key: String,
+    pub operator: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnnotationSelector {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<Requirement>,
+}
+
+impl LabelSelector {
+    /// Whether `labels` satisfy the selector, as Kubernetes matches them: every `matchLabels` pair, and
+    /// every requirement (`In`, `NotIn`, `Exists`, `DoesNotExist`). An empty selector matches everything.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels.iter().all(|(key, value)| labels.get(key) == Some(value))
+            && self.match_expressions.iter().all(|req| req.matches(labels))
+    }
+
+    /// What is wrong with the selector, if anything: an operator Kubernetes does not know, or values where
+    /// the operator takes none (or none where it needs some).
+    pub fn check(&self) -> Result<(), String> {
+        self.match_expressions.iter().try_for_each(Requirement::check)
+    }
+}
+
+impl AnnotationSelector {
+    /// The same rules as a label selector, over the annotations.
+    pub fn matches(&self, annotations: &BTreeMap<String, String>) -> bool {
+        self.match_annotations.iter().all(|(key, value)| annotations.get(key) == Some(value))
+            && self.match_expressions.iter().all(|req| req.matches(annotations))
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        self.match_expressions.iter().try_for_each(Requirement::check)
+    }
+}
+
+impl Requirement {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match self.operator.as_str() {
+            "In" => value.is_some_and(|v| self.values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !self.values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match (self.operator.as_str(), self.values.is_empty()) {
+            ("In" | "NotIn", true) => Err(format!("{:?} {}: values must be non-empty", self.key, self.operator)),
+            ("Exists" | "DoesNotExist", false) => {
+                Err(format!("{:?} {}: values must be empty", self.key, self.operator))
+            }
+            ("In" | "NotIn" | "Exists" | "DoesNotExist", _) => Ok(()),
+            (other, _) => Err(format!("{:?} is not a valid label selector operator", other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn requirement(key: &str, operator: &str, values: &[&str]) -> Requirement {
+        Requirement {
+            key: key.into(),
+            operator: operator.into(),
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn selectors_match_as_kubernetes_matches_them() {
+        let everything = LabelSelector::default();
+        assert!(everything.matches(&labels(&[])));
+        let selector = LabelSelector {
+            match_labels: labels(&[("app", "web")]),
+            match_expressions: vec![
+                requirement("tier", "In", &["front", "back"]),
+                requirement("canary", "DoesNotExist", &[]),
+                requirement("zone", "NotIn", &["b"]),
+            ],
+        };
+        assert!(selector.matches(&labels(&[("app", "web"), ("tier", "front")])));
+        assert!(selector.matches(&labels(&[("app", "web"), ("tier", "back"), ("zone", "a")])));
+        assert!(!selector.matches(&labels(&[("app", "web")])), "tier is required to be in the list");
+        assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "front"), ("canary", "")])));
+        assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "front"), ("zone", "b")])));
+        assert!(!selector.matches(&labels(&[("app", "db"), ("tier", "front")])));
+        let exists =
+            AnnotationSelector { match_expressions: vec![requirement("x", "Exists", &[])], ..Default::default() };
+        assert!(exists.matches(&labels(&[("x", "")])) && !exists.matches(&labels(&[])));
+    }
+
+    #[test]
+    fn bad_requirements_are_named() {
+        let check = |r: Requirement| LabelSelector { match_expressions: vec![r], ..Default::default() }.check();
+        assert!(check(requirement("a", "In", &[])).unwrap_err().contains("values must be non-empty"));
+        assert!(check(requirement("a", "Exists", &["x"])).unwrap_err().contains("values must be empty"));
+        assert!(check(requirement("a", "Equals", &["x"])).unwrap_err().contains("not a valid label selector operator"));
+        assert!(check(requirement("a", "NotIn", &["x"])).is_ok());
+    }
+}

@@ -1,0 +1,339 @@
+//! `samplectl reconcile -f`: metacontroller's CompositeController objects read from manifests and run in
+//! one process: hooks over HTTP with v1 and v2 keys, strict v2 answers, the finalize hook and
+//! metacontroller's finalizer name, the parent label selector, update strategies, and every mistake in a
+//! manifest refused with its place before anything is written. `install-crd --metacontroller` installs
+//! metacontroller's CRDs, and kubectl accepts controller objects against them. Checked with kubectl.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Background, Namespace, apply, eventually, free_port, kubectl, kubectl_json, samplectl};
+
+const SOON: Duration = Duration::from_secs(30);
+
+/// A CRD of the test's own, namespaced, with a status subresource; `spec` is free.
+fn crd(plural: &str, kind: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.controllers.example.com")},
+        "spec": {
+            "group": "controllers.example.com",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                }}},
+            }],
+        },
+    })
+}
+
+/// The test's CRDs, applied once per run and never deleted (tests side by side share them).
+fn crds() {
+    static APPLIED: std::sync::Once = std::sync::Once::new();
+    APPLIED.call_once(|| {
+        for (plural, kind) in [("keepers", "Keeper"), ("tallies", "Tally")] {
+            apply("default", &crd(plural, kind));
+            let name = format!("crd/{plural}.controllers.example.com");
+            kubectl(&["wait", "--for=condition=Established", &name, "--timeout=30s"]).success();
+        }
+    });
+}
+
+/// The keys hook (tests/fixtures/keys-hook.py) on a port of its own, stopped when dropped.
+struct HookServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HookServer {
+    fn start() -> Self {
+        let port = free_port();
+        let child = std::process::Command::new("python3")
+            .args(["tests/fixtures/keys-hook.py", &port.to_string()])
+            .spawn()
+            .unwrap();
+        eventually(SOON, "the hook server", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())
+        });
+        HookServer { child, url: format!("http://127.0.0.1:{port}/sync") }
+    }
+}
+
+impl Drop for HookServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A CompositeController for `plural`, with ConfigMaps as children, its hooks at `url`.
+fn controller(name: &str, plural: &str, url: &str, version: &str, extra: Value) -> Value {
+    let mut cc = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1",
+        "kind": "CompositeController",
+        "metadata": {"name": name},
+        "spec": {
+            "parentResource": {"apiVersion": "controllers.example.com/v1", "resource": plural},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"version": version, "webhook": {"url": url}}},
+        },
+    });
+    merge(&mut cc, extra);
+    cc
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(into), Value::Object(from)) => {
+            for (key, value) in from {
+                merge(into.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (into, from) => *into = from,
+    }
+}
+
+/// Writes `documents` as one YAML file of several documents.
+fn manifest(dir: &Path, file: &str, documents: &[Value]) -> String {
+    let text: Vec<String> = documents.iter().map(|d| serde_yaml::to_string(d).unwrap()).collect();
+    let path = dir.join(file);
+    std::fs::write(&path, text.join("---\n")).unwrap();
+    path.display().to_string()
+}
+
+fn parent(kind: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "controllers.example.com/v1", "kind": kind, "metadata": {"name": name}, "spec": spec})
+}
+
+fn configmap(ns: &str, name: &str) -> Option<Value> {
+    let run = kubectl(&["get", "configmap", name, "-n", ns, "-o", "json", "--ignore-not-found"]);
+    (!run.stdout.trim().is_empty()).then(|| serde_json::from_str(&run.stdout).unwrap())
+}
+
+/// Two controllers from one manifest (beside a Deployment, which is skipped): a v1 hook and a v2 hook
+/// see their children keyed as metacontroller keys them, each ConfigMap says which controller made it,
+/// and each parent's status is the hook's with `observedGeneration`.
+#[test]
+fn composite_controllers_from_a_manifest_run_side_by_side() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-keys");
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hook-server"}});
+    let file = manifest(
+        dir.path(),
+        "controllers.yaml",
+        &[
+            deployment,
+            controller("keeper-controller", "keepers", &hook.url, "v1", json!({})),
+            controller("tally-controller", "tallies", &hook.url, "v2", json!({})),
+        ],
+    );
+    apply(&ns.0, &parent("Keeper", "k", json!({})));
+    apply(&ns.0, &parent("Tally", "t", json!({})));
+    let once = || samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]);
+    let first = once();
+    let created = |name: &str| format!("{}/{name}: configmap created", ns.0);
+    assert!(first.stderr.contains(&created("k")) && first.stderr.contains(&created("t")), "{first:#?}");
+    once().success();
+    let keeper = configmap(&ns.0, "k").unwrap();
+    assert_eq!(keeper["data"]["keys"], "k", "v1: a namespaced parent's children by name");
+    assert_eq!(keeper["data"]["controller"], "keeper-controller");
+    let tally = configmap(&ns.0, "t").unwrap();
+    assert_eq!(tally["data"]["keys"], format!("{}/t", ns.0), "v2: by namespace/name");
+    assert_eq!(tally["data"]["controller"], "tally-controller");
+    let status = kubectl_json(&["get", "keepers.controllers.example.com", "k", "-n", &ns.0])["status"].clone();
+    assert_eq!(status, json!({"seen": 1, "observedGeneration": 1}));
+    // Owned as metacontroller owns them: a controller reference to the parent.
+    let owner = &keeper["metadata"]["ownerReferences"][0];
+    assert_eq!((owner["kind"].as_str(), owner["controller"].as_bool()), (Some("Keeper"), Some(true)));
+}
+
+/// A v2 hook's answers are read strictly: a field the protocol does not have fails the sync, changes
+/// nothing, and says which field; `responseUnMarshallMode: loose` takes the same answer.
+#[test]
+fn a_v2_answer_with_an_unknown_field_is_refused_unless_loose() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-strict");
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let strict = manifest(dir.path(), "strict.yaml", &[controller("strict", "tallies", &hook.url, "v2", json!({}))]);
+    apply(&ns.0, &parent("Tally", "odd", json!({"answer": "unknown-field"})));
+    let run = samplectl(&["reconcile", "-f", &strict, "-n", &ns.0, "--once"]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(run.stderr.contains(r#"answered unknown field "labels""#), "{run:#?}");
+    assert!(configmap(&ns.0, "odd").is_none(), "a refused answer writes nothing");
+
+    let loose = json!({"spec": {"hooks": {"sync": {"webhook": {"responseUnMarshallMode": "loose"}}}}});
+    let loose = manifest(dir.path(), "loose.yaml", &[controller("loose", "tallies", &hook.url, "v2", loose)]);
+    samplectl(&["reconcile", "-f", &loose, "-n", &ns.0, "--once"]);
+    assert!(configmap(&ns.0, "odd").is_some());
+}
+
+/// With a finalize hook, parents carry metacontroller's finalizer for the controller, and a deleted
+/// parent is kept until the finalize hook (called with `finalizing: true`) says it is done; a parent the
+/// label selector does not take is left alone.
+#[test]
+fn finalize_hooks_and_the_parent_selector() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-finalize");
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let extra = json!({"spec": {
+        "parentResource": {"labelSelector": {"matchLabels": {"managed": "yes"}}},
+        "hooks": {"finalize": {"webhook": {"url": hook.url}}},
+    }});
+    let file = manifest(dir.path(), "finalize.yaml", &[controller("finalizing", "keepers", &hook.url, "v1", extra)]);
+    let mut taken = parent("Keeper", "taken", json!({}));
+    taken["metadata"]["labels"] = json!({"managed": "yes"});
+    apply(&ns.0, &taken);
+    apply(&ns.0, &parent("Keeper", "left", json!({})));
+    let _controller = Background::start(&["reconcile", "-f", &file, "-n", &ns.0, "--watch"]);
+    eventually(SOON, "the selected parent's ConfigMap", || {
+        configmap(&ns.0, "taken").ok_or_else(|| "not yet".to_owned())
+    });
+    let finalizers =
+        kubectl_json(&["get", "keepers.controllers.example.com", "taken", "-n", &ns.0])["metadata"]["finalizers"]
+            .clone();
+    assert_eq!(finalizers, json!(["metacontroller.io/compositecontroller-finalizing"]));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(configmap(&ns.0, "left").is_none(), "a parent the selector does not take is left alone");
+    let left = kubectl_json(&["get", "keepers.controllers.example.com", "left", "-n", &ns.0]);
+    assert!(left.get("status").is_none() && left["metadata"].get("finalizers").is_none(), "{left}");
+
+    kubectl(&["delete", "keepers.controllers.example.com", "taken", "-n", &ns.0, "--wait=false"]).success();
+    eventually(SOON, "the parent finalized and gone", || {
+        let run = kubectl(&["get", "keepers.controllers.example.com", "taken", "-n", &ns.0, "--ignore-not-found"]);
+        if run.stdout.trim().is_empty() { Ok(()) } else { Err(run.stdout) }
+    });
+    assert!(configmap(&ns.0, "taken").is_none(), "the finalize hook asked for no children");
+}
+
+/// OnDelete (metacontroller's default) leaves a child that differs alone; InPlace updates it where it
+/// stands; Recreate deletes it and creates it anew (a new uid).
+#[test]
+fn update_strategies() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-updates");
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    for (method, name) in [("OnDelete", "on-delete"), ("InPlace", "in-place"), ("Recreate", "recreate")] {
+        let strategy = json!({"spec": {"childResources": [
+            {"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": method}}
+        ]}});
+        let file =
+            manifest(dir.path(), &format!("{name}.yaml"), &[controller(name, "keepers", &hook.url, "v1", strategy)]);
+        apply(&ns.0, &parent("Keeper", name, json!({"data": {"n": "1"}})));
+        samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]);
+        let before = configmap(&ns.0, name).unwrap();
+        assert_eq!(before["data"]["n"], "1", "{method}");
+        apply(&ns.0, &parent("Keeper", name, json!({"data": {"n": "2"}})));
+        samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]);
+        samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]);
+        let after = configmap(&ns.0, name).unwrap();
+        let (same_uid, n) = (before["metadata"]["uid"] == after["metadata"]["uid"], after["data"]["n"].clone());
+        match method {
+            "OnDelete" => assert!(same_uid && n == "1", "{method}: {after}"),
+            "InPlace" => assert!(same_uid && n == "2", "{method}: {after}"),
+            _ => assert!(!same_uid && n == "2", "{method}: {after}"),
+        }
+    }
+}
+
+/// Every mistake in a manifest is refused before anything is written, with its file and place, exit 1;
+/// `-f` with the flags that define a controller the other way is a usage error, exit 2.
+#[test]
+fn bad_manifests_are_refused_with_their_place() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-bad");
+    let dir = tempfile::tempdir().unwrap();
+    // A hook that answers, and a parent it would give a ConfigMap, had any of these run.
+    let hook = HookServer::start();
+    let url = hook.url.as_str();
+    apply(&ns.0, &parent("Keeper", "p", json!({})));
+    let bad = |file: &str, docs: &[Value], says: &str| {
+        let path = manifest(dir.path(), file, docs);
+        let run = samplectl(&["reconcile", "-f", &path, "-n", &ns.0, "--once"]);
+        assert_eq!(run.code, 1, "{file}: {run:#?}");
+        assert!(run.stderr.contains(says), "{file}: wanted {says:?} in {run:#?}");
+        assert!(run.stdout.is_empty(), "{run:#?}");
+    };
+    let unknown = json!({"spec": {"parentResource": {"selector": {}}}});
+    bad(
+        "unknown.yaml",
+        &[controller("c", "keepers", url, "v1", unknown)],
+        "at spec.parentResource.selector: unknown field `selector`",
+    );
+    let method = json!({"spec": {"childResources": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "Often"}}]}});
+    bad("method.yaml", &[controller("c", "keepers", url, "v1", method)], "unknown variant `Often`");
+    let unserved = json!({"spec": {"parentResource": {"resource": "nothings"}}});
+    bad("unserved.yaml", &[controller("c", "keepers", url, "v1", unserved)], "spec.parentResource");
+    let no_url =
+        json!({"spec": {"hooks": {"sync": {"webhook": {"url": null, "service": {"name": "s", "namespace": "n"}}}}}});
+    bad(
+        "no-path.yaml",
+        &[controller("c", "keepers", url, "v1", no_url)],
+        "must specify either a full 'url', or both 'service' and 'path'",
+    );
+    let twice = [controller("a", "keepers", url, "v1", json!({})), controller("b", "keepers", url, "v1", json!({}))];
+    bad("twice.yaml", &twice, "both reconcile keepers.controllers.example.com");
+    let no_status = json!({"spec": {"parentResource": {"apiVersion": "v1", "resource": "configmaps"}}});
+    bad("no-status.yaml", &[controller("c", "keepers", url, "v1", no_status)], "has no status subresource");
+    bad(
+        "nothing.yaml",
+        &[json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})],
+        "no CompositeController or DecoratorController found",
+    );
+    let missing = dir.path().join("missing.yaml").display().to_string();
+    let run = samplectl(&["reconcile", "-f", &missing, "--once"]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(run.stderr.contains(&format!("the path \"{missing}\" does not exist")), "{run:#?}");
+    // Nothing was written for any of them.
+    assert!(configmap(&ns.0, "p").is_none());
+
+    let file = manifest(dir.path(), "ok.yaml", &[controller("c", "keepers", url, "v1", json!({}))]);
+    let usage = samplectl(&["reconcile", "-f", &file, "--hook-url", url]);
+    assert_eq!(usage.code, 2, "{usage:#?}");
+    assert!(usage.stderr.contains("cannot be used with"), "{usage:#?}");
+}
+
+/// `install-crd --metacontroller` installs metacontroller's three CRDs (created, then unchanged), and
+/// the API server takes a CompositeController object, as kubectl sees it.
+#[test]
+fn metacontrollers_crds_are_installed() {
+    let _cluster = crate::support::shared();
+    let dry = samplectl(&["install-crd", "--metacontroller", "--dry-run"]).success();
+    assert!(dry.stdout.contains("compositecontrollers.metacontroller.k8s.io"), "{dry:#?}");
+    let first = samplectl(&["install-crd", "--metacontroller"]).success();
+    let lines: Vec<&str> = first.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{first:#?}");
+    let again = samplectl(&["install-crd", "--metacontroller"]).success();
+    assert_eq!(
+        again.stdout,
+        "customresourcedefinition.apiextensions.k8s.io/compositecontrollers.metacontroller.k8s.io unchanged\n\
+         customresourcedefinition.apiextensions.k8s.io/decoratorcontrollers.metacontroller.k8s.io unchanged\n\
+         customresourcedefinition.apiextensions.k8s.io/controllerrevisions.metacontroller.k8s.io unchanged\n"
+    );
+    let name = format!("cc-{}", free_port());
+    let cc = controller(&name, "keepers", "http://127.0.0.1:9/sync", "v2", json!({}));
+    apply("default", &cc);
+    let stored = kubectl_json(&["get", "compositecontrollers.metacontroller.k8s.io", &name]);
+    assert_eq!(stored["spec"]["hooks"]["sync"]["version"], "v2");
+    let short = kubectl(&["get", "cc", &name, "-o", "name"]).success();
+    assert_eq!(short.stdout.trim(), format!("compositecontroller.metacontroller.k8s.io/{name}"));
+    kubectl(&["delete", "cc", &name]).success();
+    let print = samplectl(&["install-crd", "--metacontroller", "--print"]).success();
+    assert!(print.stdout.contains("name: controllerrevisions.metacontroller.k8s.io"));
+}
