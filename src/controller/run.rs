@@ -55,7 +55,7 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
                         resource,
                         "observing {resource} ({driver_name} driver); nothing is written"
                     );
-                    health.synced.store(true, Ordering::Relaxed);
+                    health.synced();
                     let result = match driver {
                         Driver::Watch { .. } => observe::watch(conn, target, stop).await,
                         Driver::Poll { interval, .. } => observe::poll(conn, &target, interval, once, stop).await,
@@ -67,6 +67,7 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
         }
     };
     let (metrics, health) = start_serving(conn, &serve).await?;
+    health.expect(definitions.len());
     let stop = stop_on_signal();
     let mut controllers = Vec::new();
     for definition in definitions {

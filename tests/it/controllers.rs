@@ -251,6 +251,53 @@ fn update_strategies() {
     }
 }
 
+/// Claiming as metacontroller claims, under Kubernetes' ControllerRef rules: with `generateSelector`
+/// every child is labelled `controller-uid`, and an orphan of a wanted name with that label is adopted;
+/// without it, an orphan the parent's own `spec.selector` takes is adopted. An orphan neither takes, or
+/// an object another controller owns, is left alone and reported as a conflict.
+#[test]
+fn orphans_are_adopted_only_when_the_selector_takes_them() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-adopt");
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let generated = json!({"spec": {"generateSelector": true}});
+    let by_uid = manifest(dir.path(), "uid.yaml", &[controller("by-uid", "keepers", &hook.url, "v1", generated)]);
+    let by_selector =
+        manifest(dir.path(), "selector.yaml", &[controller("by-selector", "tallies", &hook.url, "v1", json!({}))]);
+    let orphan = |name: &str, labels: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"n": "0"}});
+    apply(&ns.0, &parent("Keeper", "labelled", json!({})));
+    apply(&ns.0, &parent("Keeper", "unlabelled", json!({})));
+    let uid =
+        kubectl_json(&["get", "keepers.controllers.example.com", "labelled", "-n", &ns.0])["metadata"]["uid"].clone();
+    apply(&ns.0, &orphan("labelled", json!({"controller-uid": uid})));
+    apply(&ns.0, &orphan("unlabelled", json!({"app": "other"})));
+    apply(&ns.0, &parent("Tally", "selecting", json!({"selector": {"matchLabels": {"app": "web"}}})));
+    apply(&ns.0, &orphan("selecting", json!({"app": "web"})));
+
+    for file in [&by_uid, &by_selector] {
+        samplectl(&["reconcile", "-f", file, "-n", &ns.0, "--once"]);
+        samplectl(&["reconcile", "-f", file, "-n", &ns.0, "--once"]);
+    }
+    for (name, kind) in [("labelled", "Keeper"), ("selecting", "Tally")] {
+        let adopted = configmap(&ns.0, name).unwrap();
+        let owner = &adopted["metadata"]["ownerReferences"][0];
+        assert_eq!((owner["kind"].as_str(), owner["controller"].as_bool()), (Some(kind), Some(true)), "{adopted}");
+        assert_eq!(adopted["data"]["keys"], name, "adopted, then written as the hook wants: {adopted}");
+    }
+    assert_eq!(configmap(&ns.0, "labelled").unwrap()["metadata"]["labels"]["controller-uid"], uid);
+    let left = configmap(&ns.0, "unlabelled").unwrap();
+    assert!(left["metadata"].get("ownerReferences").is_none() && left["data"]["n"] == "0", "{left}");
+    let status = kubectl_json(&["get", "keepers.controllers.example.com", "unlabelled", "-n", &ns.0])["status"].clone();
+    let ready = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("False"), Some("ConfigMapConflict")),
+        "{status}"
+    );
+}
+
 /// Every mistake in a manifest is refused before anything is written, with its file and place, exit 1;
 /// `-f` with the flags that define a controller the other way is a usage error, exit 2.
 #[test]

@@ -13,7 +13,7 @@ use super::hooks::callable;
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
 use crate::controller::engine::Definition;
-use crate::controller::rules::children::{Family, Update};
+use crate::controller::rules::children::{Adoption, Family, Update};
 use crate::controller::rules::finalizer::{Finalizer, metacontroller_finalizer};
 use crate::controller::sync::{Hooks, Syncer};
 
@@ -53,9 +53,6 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
     if !spec.endpoint_configs.is_empty() {
         bail!("spec.endpointConfigs: not run yet (samplectl issue 26)");
     }
-    if spec.generate_selector == Some(true) {
-        bail!("spec.generateSelector: not run yet (samplectl issue 26)");
-    }
     for (which, hook) in [("preUpdateChild", &hooks.pre_update_child), ("postUpdateChild", &hooks.post_update_child)] {
         if hook.is_some() {
             // metacontroller accepts these and never calls them; so does samplectl, saying so.
@@ -86,6 +83,10 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
         // metacontroller raises a period under a second to one second.
         resync: spec.resync_period_seconds.map(|s| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))),
         updates,
+        adoption: Some(match spec.generate_selector {
+            Some(true) => Adoption::ControllerUid,
+            _ => Adoption::ParentSelector,
+        }),
     })
 }
 

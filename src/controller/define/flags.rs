@@ -29,6 +29,7 @@ pub fn built_in(samples: Resolved) -> Definition {
         selector: None,
         resync: None,
         updates: Vec::new(),
+        adoption: None,
     }
 }
 
@@ -53,6 +54,7 @@ pub async fn hooked(conn: &Connection, parent: Resolved, hook: &HookSettings) ->
         selector: None,
         resync: None,
         updates: Vec::new(),
+        adoption: None,
     })
 }
 

@@ -11,7 +11,7 @@ mod flags;
 mod hooks;
 pub mod load;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
@@ -31,10 +31,10 @@ pub async fn from_manifests(conn: &Connection, paths: &[PathBuf]) -> Result<Vec<
     }
     let mut definitions = Vec::new();
     let mut parents: HashMap<String, String> = HashMap::new();
-    let mut names: HashMap<(&'static str, String), ()> = HashMap::new();
+    let mut names: HashSet<(&'static str, &str)> = HashSet::new();
     for object in &objects {
         let what = format!("{} {:?}", object.kind(), object.name());
-        if names.insert((object.kind(), object.name().to_owned()), ()).is_some() {
+        if !names.insert((object.kind(), object.name())) {
             bail!("{what} is given twice");
         }
         let definition = match object {

@@ -206,7 +206,7 @@ impl Poll {
             let started = Instant::now();
             let tick = self.tick(&mut state, once).await;
             if tick.is_ok() {
-                self.ctx.health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
+                self.ctx.listed();
             }
             if let Err(err) = &tick
                 && err.downcast_ref::<Failed>().is_none_or(Failed::out_of_reach)

@@ -16,11 +16,14 @@ use crate::controller::rules::FIELD_MANAGER;
 use crate::controller::rules::children::{
     ChildAction, ChildKey, Observed, Update, action, conflict_message, controlled_by,
 };
+use crate::controller::rules::selector::LabelSelector;
 use crate::controller::rules::status::Readiness;
 
 /// What writing one child came to.
 enum ChildOutcome {
     Unchanged,
+    /// An orphan made the parent's (and then written as wanted, if it differed).
+    Adopted,
     Created,
     Updated,
     /// Deleted, to be created as wanted once it is gone (`Recreate`).
@@ -47,6 +50,7 @@ impl Context {
         let object = key(parent);
         let parent_uid = uid(parent);
         let known_conflicts = self.conflicts.of(&parent_uid);
+        let adopt = self.adoption.and_then(|adoption| adoption.selector(parent));
         let mut applied = Applied::default();
         for (key, body) in desired {
             let kind = self.family.children[key.kind].ar.kind.clone();
@@ -61,11 +65,17 @@ impl Context {
                     }
                 }
             }
-            match self.write_child(parent, key, body, seen).await {
+            match self.write_child(parent, key, body, seen, adopt.as_ref()).await {
                 Ok(ChildOutcome::Unchanged) => {}
-                Ok(outcome @ (ChildOutcome::Created | ChildOutcome::Updated | ChildOutcome::Deleted)) => {
+                Ok(
+                    outcome @ (ChildOutcome::Created
+                    | ChildOutcome::Updated
+                    | ChildOutcome::Deleted
+                    | ChildOutcome::Adopted),
+                ) => {
                     let word = match outcome {
                         ChildOutcome::Created => "created",
+                        ChildOutcome::Adopted => "adopted",
                         ChildOutcome::Updated => "updated",
                         // To be recreated as wanted once it is gone.
                         _ => "deleted",
@@ -117,15 +127,35 @@ impl Context {
         key: &ChildKey,
         desired: &Value,
         seen: Option<DynamicObject>,
+        adopt: Option<&LabelSelector>,
     ) -> Result<ChildOutcome, (String, Failed)> {
         let api = self.child_api(key.kind, &key.namespace);
         let parent_uid = uid(parent);
         let kind = &self.family.children[key.kind].ar.kind;
         let mut seen = seen;
-        for attempt in 0..3 {
-            let planned = action(seen.as_ref(), desired, &parent_uid);
+        let mut adopted = false;
+        for attempt in 0..4 {
+            let planned = action(seen.as_ref(), desired, &parent_uid, adopt);
             let result = match planned {
+                ChildAction::None if adopted => return Ok(ChildOutcome::Adopted),
                 ChildAction::None => return Ok(ChildOutcome::Unchanged),
+                ChildAction::Adopt => {
+                    let existing = seen.as_ref().expect("an adoption is of an object");
+                    match bounded(api.patch(
+                        &key.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(adoption(existing, desired)),
+                    ))
+                    .await
+                    {
+                        Ok(now_ours) => {
+                            adopted = true;
+                            seen = Some(now_ours);
+                            continue;
+                        }
+                        Err(failed) => Err(failed),
+                    }
+                }
                 ChildAction::Conflict => {
                     let existing = seen.as_ref().expect("a conflict is with an object");
                     let why = conflict_message(&existing.metadata, key, kind, parent, &self.family);
@@ -138,7 +168,7 @@ impl Context {
                     bounded(api.create(&params, &object)).await.map(|_| ChildOutcome::Created)
                 }
                 ChildAction::Update if self.update_of(key.kind) == Update::OnDelete => {
-                    return Ok(ChildOutcome::Unchanged);
+                    return Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
                 }
                 ChildAction::Update if self.update_of(key.kind) == Update::Recreate => {
                     let existing = seen.as_ref().expect("an update is of an object");
@@ -163,9 +193,10 @@ impl Context {
                 // or is gone (uid mismatch); its 422: replaced by one with another uid (immutable). Either
                 // way, look again, unless out of tries.
                 Err(failed)
-                    if attempt < 2
+                    if attempt < 3
                         && (failed.status() == Some(409)
-                            || (planned == ChildAction::Update && matches!(failed.status(), Some(404 | 422)))) =>
+                            || (matches!(planned, ChildAction::Update | ChildAction::Adopt)
+                                && matches!(failed.status(), Some(404 | 422)))) =>
                 {
                     if planned == ChildAction::Create {
                         self.conflicts.note(&parent_uid, place(parent), key);
@@ -175,7 +206,9 @@ impl Context {
                 Err(failed) => return Err((format!("writing its {kind}"), failed)),
             }
         }
-        unreachable!("the last attempt returns")
+        // Only an adoption on the last attempt gets here; the write it may still need comes with the next
+        // reconcile, which the adoption itself triggers.
+        Ok(ChildOutcome::Adopted)
     }
 
     /// Deletes a child the parent controls and no longer wants, only as it was read: if it changed since
@@ -208,4 +241,25 @@ impl Context {
         }
         Ok(false)
     }
+}
+
+/// The merge patch that makes the orphan `existing` the parent's: its owner references with the parent's
+/// controller reference (from `desired`) added, only if it is still the object read (its uid and
+/// resourceVersion), so an object that changed hands in between is never taken.
+fn adoption(existing: &DynamicObject, desired: &Value) -> Value {
+    let mut owners: Vec<Value> = existing
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+        .collect();
+    let ours =
+        desired["metadata"]["ownerReferences"].as_array().into_iter().flatten().filter(|r| r["controller"] == true);
+    owners.extend(ours.cloned());
+    serde_json::json!({"metadata": {
+        "uid": existing.metadata.uid,
+        "resourceVersion": existing.metadata.resource_version,
+        "ownerReferences": owners,
+    }})
 }

@@ -18,6 +18,7 @@ pub mod written;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -26,7 +27,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::Value;
 
-use super::rules::children::{ChildKey, Family, Observed, Update, controlled_by};
+use super::rules::children::{Adoption, CONTROLLER_UID, ChildKey, Family, Observed, Update, controlled_by};
 use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step};
 use super::rules::selector::LabelSelector;
 use super::rules::status::{Readiness, summary};
@@ -110,6 +111,8 @@ pub struct Definition {
     /// What is done to a child of each type that differs from what its parent wants; in place for a type
     /// not listed.
     pub updates: Vec<Update>,
+    /// Which orphans a parent adopts; none when `None`.
+    pub adoption: Option<Adoption>,
 }
 
 /// What every reconcile needs: the client, the parent and child types, the sync, the event queue, and
@@ -123,12 +126,15 @@ pub struct Context {
     selector: Option<LabelSelector>,
     pub resync: Option<Duration>,
     updates: Vec<Update>,
+    adoption: Option<Adoption>,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
     pub backoff: Backoff,
     pub conflicts: Conflicts,
     written: WrittenStatuses,
     events: EventQueue,
+    /// This controller's driver has seen all its parents once (for /readyz).
+    listed: AtomicBool,
 }
 
 pub fn key(object: &DynamicObject) -> String {
@@ -157,7 +163,7 @@ fn failure(object: &str, action: &str, failed: Failed) -> ReconcileError {
 
 impl Context {
     pub fn new(client: Client, definition: Definition, metrics: Arc<Metrics>, health: Arc<Health>) -> Self {
-        let Definition { name, family, sync, finalizer, selector, resync, updates } = definition;
+        let Definition { name, family, sync, finalizer, selector, resync, updates, adoption } = definition;
         let reporter = Reporter { controller: "samplectl".into(), instance: hostname() };
         let recorder = Recorder::new(client.clone(), reporter);
         Context {
@@ -169,17 +175,26 @@ impl Context {
             selector,
             resync,
             updates,
+            adoption,
             metrics,
             health,
             backoff: Backoff::default(),
             conflicts: Conflicts::default(),
             written: WrittenStatuses::default(),
             events: EventQueue::new(recorder),
+            listed: AtomicBool::new(false),
         }
     }
 
     pub fn sync(&self) -> &Syncer {
         &self.sync
+    }
+
+    /// The driver has seen every parent: the first time, /readyz counts this controller as synced.
+    pub fn listed(&self) {
+        if !self.listed.swap(true, Ordering::Relaxed) {
+            self.health.synced();
+        }
     }
 
     /// Counts a failure of `parent` and says how long to wait before trying it again.
@@ -338,9 +353,15 @@ impl Context {
     ) -> Result<BTreeMap<ChildKey, Value>, ReconcileError> {
         let mut desired = BTreeMap::new();
         for child in &answer.children {
-            let (key, body) = self.family.own(parent, child).map_err(|problem| {
+            let (key, mut body) = self.family.own(parent, child).map_err(|problem| {
                 self.sync_failed(parent, format!("{} answered a child samplectl refuses: {problem}", self.sync.name()))
             })?;
+            if self.adoption == Some(Adoption::ControllerUid) {
+                let labels = &mut body["metadata"]["labels"];
+                if labels.get(CONTROLLER_UID).is_none() {
+                    labels[CONTROLLER_UID] = uid(parent).into();
+                }
+            }
             if desired.insert(key.clone(), body).is_some() {
                 let kind = &self.family.children[key.kind].ar.kind;
                 return Err(self.sync_failed(parent, format!("{} answered {kind} {key} twice", self.sync.name())));

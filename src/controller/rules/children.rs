@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
+use super::selector::LabelSelector;
 use crate::cluster::resolve::Resolved;
 
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -221,12 +222,68 @@ pub enum ChildAction {
     Update,
     /// An object of that name that this parent does not control: left alone.
     Conflict,
+    /// An orphan of that name that the parent's selector takes: made the parent's, then looked at again.
+    Adopt,
 }
 
-pub fn action(existing: Option<&DynamicObject>, desired: &Value, parent_uid: &str) -> ChildAction {
+/// The label metacontroller's `generateSelector` puts on each child: the parent's uid.
+pub const CONTROLLER_UID: &str = "controller-uid";
+
+/// Which orphans a parent may adopt, as metacontroller's CompositeController claims them; samplectl's own
+/// controllers (the Sample controller, `--hook`) adopt nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adoption {
+    /// `generateSelector`: each child is labelled `controller-uid: <the parent's uid>`, and an orphan with
+    /// that label is adopted.
+    ControllerUid,
+    /// The parent's own `spec.selector`; a parent without one adopts nothing.
+    ParentSelector,
+}
+
+impl Adoption {
+    /// The selector an orphan must match to be adopted by `parent`: none while the parent is being
+    /// deleted, as Kubernetes' ControllerRef rules say.
+    pub fn selector(self, parent: &DynamicObject) -> Option<LabelSelector> {
+        if parent.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        match self {
+            Adoption::ControllerUid => {
+                let uid = parent.metadata.uid.clone().unwrap_or_default();
+                Some(LabelSelector { match_labels: [(CONTROLLER_UID.to_owned(), uid)].into(), ..Default::default() })
+            }
+            Adoption::ParentSelector => {
+                let selector: LabelSelector = serde_json::from_value(parent.data["spec"]["selector"].clone()).ok()?;
+                // An empty selector would take every orphan: metacontroller refuses it too.
+                let empty = selector.match_labels.is_empty() && selector.match_expressions.is_empty();
+                (!empty && selector.check().is_ok()).then_some(selector)
+            }
+        }
+    }
+}
+
+/// What to do about the object `existing` of a desired child's name, if any. An orphan (no controller
+/// at all, not being deleted) is adopted when `adopt` (the parent's selector, when the parent may adopt)
+/// matches its labels, as Kubernetes' ControllerRef rules allow; any other object the parent does not
+/// control is a conflict.
+pub fn action(
+    existing: Option<&DynamicObject>,
+    desired: &Value,
+    parent_uid: &str,
+    adopt: Option<&LabelSelector>,
+) -> ChildAction {
     match existing {
         None => ChildAction::Create,
-        Some(existing) if !controlled_by(&existing.metadata, parent_uid) => ChildAction::Conflict,
+        Some(existing) if !controlled_by(&existing.metadata, parent_uid) => {
+            let meta = &existing.metadata;
+            let orphan = !meta.owner_references.iter().flatten().any(|r| r.controller == Some(true));
+            let empty = BTreeMap::new();
+            let selected = adopt.is_some_and(|s| s.matches(meta.labels.as_ref().unwrap_or(&empty)));
+            match orphan && selected && meta.deletion_timestamp.is_none() {
+                true => ChildAction::Adopt,
+                false => ChildAction::Conflict,
+            }
+        }
         Some(existing) => {
             // Items of a list carry no apiVersion and kind; the type is the one asked for anyway.
             let existing = serde_json::to_value(existing).unwrap_or(Value::Null);
@@ -411,7 +468,7 @@ mod tests {
         let desired = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1"}},
                              "data": {"k": "v"}, "spec": {"list": [{"x": 1}], "n": 1}});
         let (_, body) = f.own(&p, &desired).unwrap();
-        assert_eq!(action(None, &body, "uid-w"), ChildAction::Create);
+        assert_eq!(action(None, &body, "uid-w", None), ChildAction::Create);
 
         let mut stored = body.clone();
         stored.as_object_mut().unwrap().remove("apiVersion");
@@ -421,22 +478,80 @@ mod tests {
         stored["spec"]["list"][0]["defaulted"] = true.into();
         stored["spec"]["n"] = json!(1.0);
         stored["metadata"]["ownerReferences"].as_array_mut().unwrap().insert(0, json!({"uid": "x", "kind": "Y"}));
-        assert_eq!(action(Some(&object(stored.clone())), &body, "uid-w"), ChildAction::None);
+        assert_eq!(action(Some(&object(stored.clone())), &body, "uid-w", None), ChildAction::None);
 
         let mut edited = stored.clone();
         edited["data"]["k"] = "typed by hand".into();
-        assert_eq!(action(Some(&object(edited)), &body, "uid-w"), ChildAction::Update);
+        assert_eq!(action(Some(&object(edited)), &body, "uid-w", None), ChildAction::Update);
         let mut longer = stored.clone();
         longer["spec"]["list"].as_array_mut().unwrap().push(json!({"x": 2}));
-        assert_eq!(action(Some(&object(longer)), &body, "uid-w"), ChildAction::Update);
+        assert_eq!(action(Some(&object(longer)), &body, "uid-w", None), ChildAction::Update);
 
         let mut foreign = stored;
         foreign["metadata"]["ownerReferences"] =
             json!([{"apiVersion": "example.com/v1", "kind": "Widget", "name": "w", "uid": "old", "controller": true}]);
         let foreign = object(foreign);
-        assert_eq!(action(Some(&foreign), &body, "uid-w"), ChildAction::Conflict);
+        assert_eq!(action(Some(&foreign), &body, "uid-w", None), ChildAction::Conflict);
         let key = ChildKey { kind: 0, namespace: "ns".into(), name: "c".into() };
         let why = conflict_message(&foreign.metadata, &key, "ConfigMap", &p, &f);
         assert!(why.contains("ConfigMap ns/c belongs to an earlier Widget of this name (uid old)"), "{why}");
+    }
+
+    #[test]
+    fn the_adoption_selector_comes_from_the_uid_or_the_parents_own_selector() {
+        let parent = |spec: Value, deleting: bool| {
+            let mut p = json!({"metadata": {"name": "w", "uid": "uid-w"}, "spec": spec});
+            if deleting {
+                p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+            }
+            object(p)
+        };
+        let by_uid = Adoption::ControllerUid.selector(&parent(json!({}), false)).unwrap();
+        assert_eq!(by_uid.match_labels["controller-uid"], "uid-w");
+        let own = json!({"selector": {"matchLabels": {"app": "web"}}});
+        assert_eq!(Adoption::ParentSelector.selector(&parent(own.clone(), false)).unwrap().match_labels["app"], "web");
+        assert_eq!(Adoption::ParentSelector.selector(&parent(own, true)), None, "a deleting parent adopts nothing");
+        assert_eq!(Adoption::ParentSelector.selector(&parent(json!({}), false)), None);
+        assert_eq!(Adoption::ParentSelector.selector(&parent(json!({"selector": {}}), false)), None);
+    }
+
+    #[test]
+    fn only_an_orphan_the_selector_takes_is_adopted() {
+        let body = json!({"metadata": {"name": "c"}});
+        let selector = LabelSelector {
+            match_labels: [("controller-uid".to_owned(), "uid-w".to_owned())].into(),
+            ..Default::default()
+        };
+        let orphan = |labels: Value, owners: Value, deleting: bool| {
+            let mut o = json!({"metadata": {"name": "c", "labels": labels, "ownerReferences": owners}});
+            if deleting {
+                o["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+            }
+            object(o)
+        };
+        let matching = json!({"controller-uid": "uid-w"});
+        assert_eq!(
+            action(Some(&orphan(matching.clone(), json!([]), false)), &body, "uid-w", Some(&selector)),
+            ChildAction::Adopt
+        );
+        // A non-controller owner does not stop an adoption.
+        let shared = json!([{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "u"}]);
+        assert_eq!(
+            action(Some(&orphan(matching.clone(), shared, false)), &body, "uid-w", Some(&selector)),
+            ChildAction::Adopt
+        );
+        let not_orphan = json!([{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "u", "controller": true}]);
+        for (existing, why) in [
+            (orphan(matching.clone(), not_orphan, false), "someone else's"),
+            (orphan(json!({"controller-uid": "other"}), json!([]), false), "not selected"),
+            (orphan(matching.clone(), json!([]), true), "being deleted"),
+        ] {
+            assert_eq!(action(Some(&existing), &body, "uid-w", Some(&selector)), ChildAction::Conflict, "{why}");
+        }
+        assert_eq!(
+            action(Some(&orphan(matching, json!([]), false)), &body, "uid-w", None),
+            ChildAction::Conflict,
+            "no adoption"
+        );
     }
 }

@@ -4,15 +4,16 @@
 //! healthy standby.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cluster::requests::LastAnswer;
 use crate::error::out_of_reach;
 
 pub struct Health {
-    /// The driver has seen every Sample (poll: a full pass done; watch: the Samples listed at start-up).
-    pub synced: AtomicBool,
+    /// How many controllers have not yet seen all their parents (poll: a full pass done; watch: the
+    /// parents listed at start-up). One until told otherwise.
+    unsynced: AtomicUsize,
     /// Waiting for the lease, with the election loop running: ready to take over.
     pub standby: AtomicBool,
     /// Since when the API server has been out of reach: a poll's list or a watch failed, and nothing has
@@ -34,7 +35,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Health {
     pub fn new(patience: Duration, answered: LastAnswer) -> Self {
         Health {
-            synced: AtomicBool::new(false),
+            unsynced: AtomicUsize::new(1),
             standby: AtomicBool::new(false),
             unreachable_since: Mutex::new(None),
             lease_failing_since: Mutex::new(None),
@@ -102,10 +103,20 @@ impl Health {
         Ok(())
     }
 
+    /// `controllers` run in this process; /readyz waits for each one's first full list.
+    pub fn expect(&self, controllers: usize) {
+        self.unsynced.store(controllers, Ordering::Relaxed);
+    }
+
+    /// One more controller has seen all its parents; each calls this once.
+    pub fn synced(&self) {
+        let _ = self.unsynced.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
     pub fn ready(&self) -> bool {
         self.out_of_reach_for().is_none()
             && lock(&self.lease_failing_since).is_none()
-            && (self.synced.load(Ordering::Relaxed) || self.standby.load(Ordering::Relaxed))
+            && (self.unsynced.load(Ordering::Relaxed) == 0 || self.standby.load(Ordering::Relaxed))
     }
 }
 
@@ -131,7 +142,7 @@ mod tests {
     fn any_answer_after_the_failure_means_within_reach() {
         let answered = LastAnswer::default();
         let health = Health::new(SHORT, answered.clone());
-        health.synced.store(true, Ordering::Relaxed);
+        health.synced();
         health.unreachable();
         assert!(!health.ready());
         std::thread::sleep(Duration::from_millis(60));
@@ -148,7 +159,7 @@ mod tests {
     fn a_refusal_is_an_answer_and_a_5xx_or_no_answer_is_not() {
         let api = |code: u16| kube::Error::Api(Box::new(kube::core::Status::failure("x", "y").with_code(code)));
         let health = Health::new(SHORT, LastAnswer::default());
-        health.synced.store(true, Ordering::Relaxed);
+        health.synced();
         for refused in [403, 404, 410, 429] {
             health.failed(&api(refused));
             assert!(health.ready(), "{refused} is the server answering");
@@ -158,6 +169,19 @@ mod tests {
         let health = Health::new(SHORT, LastAnswer::default());
         health.failed(&kube::Error::LinesCodecMaxLineLengthExceeded);
         assert!(health.out_of_reach_for().is_some(), "a transport failure is no answer");
+    }
+
+    #[test]
+    fn ready_once_every_controller_has_listed() {
+        let answered = LastAnswer::default();
+        let health = Health::new(SHORT, answered.clone());
+        health.expect(2);
+        health.synced();
+        assert!(!health.ready(), "one of two");
+        health.synced();
+        assert!(health.ready());
+        health.synced();
+        assert!(health.ready(), "never below zero");
     }
 
     #[test]

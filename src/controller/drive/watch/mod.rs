@@ -211,7 +211,7 @@ impl Watch {
             }
             Seen::Listed => {
                 // /readyz: this replica has seen every parent.
-                ctx.health.synced.store(true, std::sync::atomic::Ordering::Relaxed);
+                ctx.listed();
                 let all = every_parent(&store, &ar);
                 if let Some(once) = &once {
                     once.listed(&all);
