@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Background, Namespace, apply, eventually, free_port, kubectl, kubectl_json, samplectl};
+use crate::support::{Background, Namespace, apply, eventually, free_port, http_get, kubectl, kubectl_json, samplectl};
 
 const SOON: Duration = Duration::from_secs(30);
 

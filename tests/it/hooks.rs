@@ -502,7 +502,7 @@ fn hooks_run_with_leader_election_metrics_and_json_logs() {
     let (status, text) = http_get(port.parse().unwrap(), "/metrics").expect("metrics answer");
     assert_eq!(status, 200);
     assert!(text.contains("samplectl_leader 1"), "{text}");
-    assert!(text.contains(r#"samplectl_reconcile_total{result="ready"}"#), "{text}");
+    assert!(text.contains(r#"samplectl_reconcile_total{controller="hook",result="ready"}"#), "{text}");
     let (code, stderr) = controller.stop("TERM", Duration::from_secs(10));
     assert_eq!(code, Some(0), "{stderr}");
     let created = stderr

@@ -594,7 +594,7 @@ fn health_and_metrics_answer_and_metrics_move() {
 
     let count = |text: &str| -> f64 {
         text.lines()
-            .find(|l| l.starts_with("samplectl_reconcile_total{result=\"ready\"}"))
+            .find(|l| l.starts_with("samplectl_reconcile_total{controller=\"samples\",result=\"ready\"}"))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or(0.0)
     };

@@ -244,7 +244,7 @@ impl Context {
             Ok(Done { outcome: Outcome::Ignored, .. }) => "ignored",
             Err(_) => "error",
         };
-        self.metrics.reconciled(label, started.elapsed());
+        self.metrics.reconciled(&self.name, label, started.elapsed());
         result
     }
 

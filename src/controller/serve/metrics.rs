@@ -15,8 +15,11 @@ use prometheus_client::registry::Registry;
 
 use crate::cluster::requests::RequestCounter;
 
+/// A reconcile's labels: which controller (`samples`, `hook`, or a controller object's name, as
+/// controller-runtime labels its metrics) and how it ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
+    pub controller: String,
     pub result: &'static str,
 }
 
@@ -35,7 +38,11 @@ impl Metrics {
     pub fn new(requests: RequestCounter) -> Self {
         let mut registry = Registry::with_prefix("samplectl");
         let reconciles = Family::<ResultLabel, Counter>::default();
-        registry.register("reconcile", "Reconciles of Samples by result (ready, not_ready, error)", reconciles.clone());
+        registry.register(
+            "reconcile",
+            "Reconciles by controller and result (ready, not_ready, deleting, ignored, error)",
+            reconciles.clone(),
+        );
         let errors = Counter::default();
         registry.register("reconcile_errors", "Reconciles that failed and were retried with backoff", errors.clone());
         // 5 ms to about 40 s, as controller-runtime's reconcile_time_seconds spans.
@@ -54,8 +61,8 @@ impl Metrics {
         Metrics { registry, requests, reconciles, errors, duration, in_flight, backlog, leader }
     }
 
-    pub fn reconciled(&self, result: &'static str, took: Duration) {
-        self.reconciles.get_or_create(&ResultLabel { result }).inc();
+    pub fn reconciled(&self, controller: &str, result: &'static str, took: Duration) {
+        self.reconciles.get_or_create(&ResultLabel { controller: controller.to_owned(), result }).inc();
         if result == "error" {
             self.errors.inc();
         }
@@ -90,11 +97,11 @@ mod tests {
         let requests = RequestCounter::default();
         requests.record(&http::Request::get("/api/v1/namespaces/a/configmaps").body(()).unwrap());
         let metrics = Metrics::new(requests);
-        metrics.reconciled("ready", Duration::from_millis(12));
-        metrics.reconciled("error", Duration::from_millis(3));
+        metrics.reconciled("samples", "ready", Duration::from_millis(12));
+        metrics.reconciled("samples", "error", Duration::from_millis(3));
         metrics.leader.set(1);
         let text = metrics.render();
-        assert!(text.contains("samplectl_reconcile_total{result=\"ready\"} 1"), "{text}");
+        assert!(text.contains("samplectl_reconcile_total{controller=\"samples\",result=\"ready\"} 1"), "{text}");
         assert!(text.contains("samplectl_reconcile_errors_total 1"), "{text}");
         assert!(text.contains("samplectl_reconcile_duration_seconds_count 2"), "{text}");
         assert!(text.contains("samplectl_leader 1"), "{text}");
