@@ -198,10 +198,31 @@ fn finalize_hooks_and_the_parent_selector() {
     taken["metadata"]["labels"] = json!({"managed": "yes"});
     apply(&ns.0, &taken);
     apply(&ns.0, &parent("Keeper", "left", json!({})));
-    let _controller = Background::start(&["reconcile", "-f", &file, "-n", &ns.0, "--watch"]);
+    let (metrics, health) = (free_port(), free_port());
+    let (metrics_addr, health_addr) = (format!("127.0.0.1:{metrics}"), format!("127.0.0.1:{health}"));
+    let _controller = Background::start(&[
+        "reconcile",
+        "-f",
+        &file,
+        "-n",
+        &ns.0,
+        "--watch",
+        "--metrics-addr",
+        &metrics_addr,
+        "--health-addr",
+        &health_addr,
+    ]);
     eventually(SOON, "the selected parent's ConfigMap", || {
         configmap(&ns.0, "taken").ok_or_else(|| "not yet".to_owned())
     });
+    eventually(SOON, "ready", || match http_get(health, "/readyz") {
+        Some((200, _)) => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    // Metrics carry the controller's name, as controller-runtime's do.
+    let (_, text) = http_get(metrics, "/metrics").unwrap();
+    assert!(text.contains(r#"samplectl_reconcile_total{controller="finalizing",result="ready"}"#), "{text}");
+    assert!(text.contains(r#"samplectl_reconcile_total{controller="finalizing",result="ignored"}"#), "{text}");
     let finalizers =
         kubectl_json(&["get", "keepers.controllers.example.com", "taken", "-n", &ns.0])["metadata"]["finalizers"]
             .clone();
