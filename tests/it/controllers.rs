@@ -240,6 +240,70 @@ fn finalize_hooks_and_the_parent_selector() {
     assert!(configmap(&ns.0, "taken").is_none(), "the finalize hook asked for no children");
 }
 
+/// A parent whose finalize hook says it is done goes, even when the children that answer asks for cannot
+/// be written (here a ConfigMap key the API server refuses; in life, a namespace being deleted refuses
+/// every create).
+#[test]
+fn a_finalized_parent_goes_even_when_its_children_cannot_be_written() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-finalized");
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let extra = json!({"spec": {"hooks": {"finalize": {"webhook": {"url": hook.url}}}}});
+    let file = manifest(dir.path(), "finalize.yaml", &[controller("finalized", "keepers", &hook.url, "v1", extra)]);
+    let spec = json!({"answer": "keep-while-finalizing", "data": {"not a key!": "x"}});
+    apply(&ns.0, &parent("Keeper", "doomed", spec));
+    let _controller = Background::start(&["reconcile", "-f", &file, "-n", &ns.0, "--watch"]);
+    eventually(SOON, "the finalizer on", || {
+        let keeper = kubectl_json(&["get", "keepers.controllers.example.com", "doomed", "-n", &ns.0]);
+        match keeper["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()) {
+            true => Ok(()),
+            false => Err(keeper.to_string()),
+        }
+    });
+    kubectl(&["delete", "keepers.controllers.example.com", "doomed", "-n", &ns.0, "--wait=false"]).success();
+    eventually(SOON, "the parent gone", || {
+        let run = kubectl(&["get", "keepers.controllers.example.com", "doomed", "-n", &ns.0, "--ignore-not-found"]);
+        if run.stdout.trim().is_empty() { Ok(()) } else { Err(run.stdout) }
+    });
+}
+
+/// A child the parent already controls but samplectl's watches cannot see (made by metacontroller before
+/// the switch, without samplectl's label) is labelled once, even under OnDelete; the hook sees it from
+/// then on, and a converged controller writes nothing.
+#[test]
+fn children_metacontroller_made_are_taken_over_without_a_write_loop() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-switch");
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let on_delete = json!({"spec": {"childResources": [{"apiVersion": "v1", "resource": "configmaps"}]}});
+    let file = manifest(dir.path(), "switch.yaml", &[controller("switch", "keepers", &hook.url, "v1", on_delete)]);
+    apply(&ns.0, &parent("Keeper", "old", json!({})));
+    let keeper = kubectl_json(&["get", "keepers.controllers.example.com", "old", "-n", &ns.0]);
+    let made = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "old", "ownerReferences": [{
+            "apiVersion": "controllers.example.com/v1", "kind": "Keeper", "name": "old",
+            "uid": keeper["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
+        }]},
+        "data": {"made": "by metacontroller"},
+    });
+    apply(&ns.0, &made);
+    samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]);
+    let taken = configmap(&ns.0, "old").unwrap();
+    assert_eq!(taken["metadata"]["labels"]["app.kubernetes.io/managed-by"], "samplectl", "{taken}");
+    assert_eq!(taken["data"], json!({"made": "by metacontroller"}), "OnDelete: its content is left alone");
+    samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]);
+    let status = kubectl_json(&["get", "keepers.controllers.example.com", "old", "-n", &ns.0])["status"].clone();
+    assert_eq!(status["seen"], 1, "the hook sees its child: {status}");
+    let quiet = samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]).success();
+    let totals = quiet.stderr.lines().find(|l| l.contains("requests sent:")).expect("totals are printed");
+    assert!(totals.contains("(0 writes)") && !totals.contains("get configmaps"), "{totals}");
+}
+
 /// OnDelete (metacontroller's default) leaves a child that differs alone; InPlace updates it where it
 /// stands; Recreate deletes it and creates it anew (a new uid).
 #[test]

@@ -62,6 +62,10 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
             );
         }
     }
+    if spec.parent_resource.ignore_status_changes == Some(true) {
+        // Only fewer syncs would come of it: every change to a parent is synced, its status too.
+        tracing::warn!(controller = cc.metadata.name, "spec.parentResource.ignoreStatusChanges is not applied yet");
+    }
     let sync =
         hooks.sync.as_ref().ok_or_else(|| anyhow!("spec.hooks.sync: a CompositeController needs a sync hook"))?;
     let sync = callable("sync", sync)?;

@@ -14,7 +14,7 @@ use super::request::{Failed, bounded};
 use super::{Applied, Context, failure, key, place, uid};
 use crate::controller::rules::FIELD_MANAGER;
 use crate::controller::rules::children::{
-    ChildAction, ChildKey, Observed, Update, action, conflict_message, controlled_by,
+    CONTROLLER_UID, ChildAction, ChildKey, MANAGED_BY_LABEL, Observed, Update, action, conflict_message, controlled_by,
 };
 use crate::controller::rules::selector::LabelSelector;
 use crate::controller::rules::status::Readiness;
@@ -33,6 +33,13 @@ enum ChildOutcome {
 }
 
 impl Context {
+    /// Whether the parent, read from the API server, is the one in hand (same uid) and not being deleted.
+    async fn still_there(&self, parent: &DynamicObject) -> Result<bool, Failed> {
+        let name = parent.metadata.name.as_deref().unwrap_or_default();
+        let fresh = bounded(self.parent_api(parent).get_opt(name)).await?;
+        Ok(fresh.is_some_and(|p| p.metadata.uid == parent.metadata.uid && p.metadata.deletion_timestamp.is_none()))
+    }
+
     /// What is done to a child of type `kind` that differs from what its parent wants.
     fn update_of(&self, kind: usize) -> Update {
         self.updates.get(kind).copied().unwrap_or_default()
@@ -119,8 +126,9 @@ impl Context {
         applied
     }
 
-    /// Writes one child: the copy in hand decides first, then the live object at most twice, so that an
-    /// object which changes under every attempt is left to the retry backoff rather than fought over.
+    /// Writes one child: the copy in hand decides first, then the live object at most twice (once more
+    /// when it may be adopted), so that an object which changes under every attempt is left to the retry
+    /// backoff rather than fought over. A child being deleted is left to go.
     async fn write_child(
         &self,
         parent: &DynamicObject,
@@ -134,20 +142,27 @@ impl Context {
         let kind = &self.family.children[key.kind].ar.kind;
         let mut seen = seen;
         let mut adopted = false;
-        for attempt in 0..4 {
+        let attempts = if adopt.is_some() { 4 } else { 3 };
+        for attempt in 0..attempts {
+            if seen.as_ref().is_some_and(|s| s.metadata.deletion_timestamp.is_some()) {
+                return Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
+            }
             let planned = action(seen.as_ref(), desired, &parent_uid, adopt);
             let result = match planned {
                 ChildAction::None if adopted => return Ok(ChildOutcome::Adopted),
                 ChildAction::None => return Ok(ChildOutcome::Unchanged),
                 ChildAction::Adopt => {
                     let existing = seen.as_ref().expect("an adoption is of an object");
-                    match bounded(api.patch(
-                        &key.name,
-                        &PatchParams::default(),
-                        &Patch::Merge(adoption(existing, desired)),
-                    ))
-                    .await
-                    {
+                    // The ControllerRef rules: adopt only for a parent that is, read from the API server
+                    // now rather than from a cache that may be behind, still there and not being deleted.
+                    let parent_kind = &self.family.parent.ar.kind;
+                    if !self.still_there(parent).await.map_err(|f| (format!("reading its {parent_kind}"), f))? {
+                        return Ok(ChildOutcome::Unchanged);
+                    }
+                    let Some(patch) = claim(existing, desired, true) else {
+                        return Ok(ChildOutcome::Unchanged);
+                    };
+                    match bounded(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))).await {
                         Ok(now_ours) => {
                             adopted = true;
                             seen = Some(now_ours);
@@ -167,16 +182,48 @@ impl Context {
                     let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
                     bounded(api.create(&params, &object)).await.map(|_| ChildOutcome::Created)
                 }
+                // A child the parent controls that samplectl's watches cannot see yet (made by
+                // metacontroller, or adopted): labelled first, so that the strategy then judges only
+                // what the hook wants changed.
+                ChildAction::Update if !labelled(seen.as_ref().expect("an update is of an object"), desired) => {
+                    let existing = seen.as_ref().expect("an update is of an object");
+                    let Some(patch) = claim(existing, desired, false) else {
+                        return Ok(ChildOutcome::Unchanged);
+                    };
+                    match bounded(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))).await {
+                        Ok(labelled) => {
+                            seen = Some(labelled);
+                            continue;
+                        }
+                        Err(failed) => Err(failed),
+                    }
+                }
                 ChildAction::Update if self.update_of(key.kind) == Update::OnDelete => {
                     return Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
                 }
                 ChildAction::Update if self.update_of(key.kind) == Update::Recreate => {
                     let existing = seen.as_ref().expect("an update is of an object");
-                    return match self.delete_child(&parent_uid, key, existing).await {
-                        Ok(true) => Ok(ChildOutcome::Deleted),
-                        Ok(false) => Ok(ChildOutcome::Unchanged),
-                        Err(failed) => Err((format!("deleting its {kind} to recreate it"), failed)),
-                    };
+                    // Recreated only for a difference the API server would keep: a value it normalises
+                    // (`1000m` stored as `1`) must not delete and create the child for ever.
+                    let mut body = desired.clone();
+                    body["metadata"]["uid"] = existing.metadata.uid.clone().into();
+                    body["metadata"]["resourceVersion"] = existing.metadata.resource_version.clone().into();
+                    let mut params = PatchParams::apply(FIELD_MANAGER).force();
+                    params.dry_run = true;
+                    match bounded(api.patch(&key.name, &params, &Patch::Apply(&body))).await {
+                        Ok(would_be) if same_object(existing, &would_be) => {
+                            return Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
+                        }
+                        Ok(_) => {
+                            return match self.delete_child(&parent_uid, key, existing).await {
+                                Ok(true) => Ok(ChildOutcome::Deleted),
+                                Ok(false) => Ok(ChildOutcome::Unchanged),
+                                Err(failed) => Err((format!("deleting its {kind} to recreate it"), failed)),
+                            };
+                        }
+                        // A stale copy: the retry below reads it again.
+                        Err(failed) => Err(failed),
+                    }
                 }
                 ChildAction::Update => {
                     let current = seen.as_ref().map(|o| &o.metadata);
@@ -193,7 +240,7 @@ impl Context {
                 // or is gone (uid mismatch); its 422: replaced by one with another uid (immutable). Either
                 // way, look again, unless out of tries.
                 Err(failed)
-                    if attempt < 3
+                    if attempt + 1 < attempts
                         && (failed.status() == Some(409)
                             || (matches!(planned, ChildAction::Update | ChildAction::Adopt)
                                 && matches!(failed.status(), Some(404 | 422)))) =>
@@ -217,7 +264,8 @@ impl Context {
         let api = self.child_api(key.kind, &key.namespace);
         let mut seen = seen.clone();
         for attempt in 0..2 {
-            if !controlled_by(&seen.metadata, parent_uid) {
+            // Not ours, or already going (a finalizer of its own holds it): nothing to send.
+            if !controlled_by(&seen.metadata, parent_uid) || seen.metadata.deletion_timestamp.is_some() {
                 return Ok(false);
             }
             let params = DeleteParams {
@@ -243,23 +291,59 @@ impl Context {
     }
 }
 
-/// The merge patch that makes the orphan `existing` the parent's: its owner references with the parent's
-/// controller reference (from `desired`) added, only if it is still the object read (its uid and
-/// resourceVersion), so an object that changed hands in between is never taken.
-fn adoption(existing: &DynamicObject, desired: &Value) -> Value {
-    let mut owners: Vec<Value> = existing
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
-        .collect();
-    let ours =
-        desired["metadata"]["ownerReferences"].as_array().into_iter().flatten().filter(|r| r["controller"] == true);
-    owners.extend(ours.cloned());
-    serde_json::json!({"metadata": {
-        "uid": existing.metadata.uid,
-        "resourceVersion": existing.metadata.resource_version,
-        "ownerReferences": owners,
-    }})
+/// Whether `existing` carries the labels samplectl marks the children it manages with (and the
+/// `controller-uid` one, when the hook's child has it).
+fn labelled(existing: &DynamicObject, desired: &Value) -> bool {
+    let labels = existing.metadata.labels.as_ref();
+    [MANAGED_BY_LABEL, CONTROLLER_UID].iter().all(|key| match desired["metadata"]["labels"][*key].as_str() {
+        Some(want) => labels.and_then(|l| l.get(*key)).map(String::as_str) == Some(want),
+        None => true,
+    })
+}
+
+/// The merge patch that marks `existing` as the parent's: samplectl's labels (so its watches see the
+/// child) and, with `adopt`, the parent's controller reference beside the owners it has. Only if it is
+/// still the object read (its uid and resourceVersion, both required), so an object that changed hands
+/// in between is never taken. `None` when the object read has no uid or resourceVersion to hold it to.
+fn claim(existing: &DynamicObject, desired: &Value, adopt: bool) -> Option<Value> {
+    let (uid, version) = (existing.metadata.uid.as_ref()?, existing.metadata.resource_version.as_ref()?);
+    let mut labels = serde_json::Map::new();
+    for key in [MANAGED_BY_LABEL, CONTROLLER_UID] {
+        if let Some(value) = desired["metadata"]["labels"].get(key) {
+            labels.insert(key.to_owned(), value.clone());
+        }
+    }
+    let mut metadata = serde_json::json!({"uid": uid, "resourceVersion": version, "labels": labels});
+    if adopt {
+        let mut owners: Vec<Value> = existing
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+            .collect();
+        let ours = desired["metadata"]["ownerReferences"].as_array().into_iter().flatten();
+        owners.extend(ours.filter(|r| r["controller"] == true).cloned());
+        metadata["ownerReferences"] = owners.into();
+    }
+    Some(serde_json::json!({ "metadata": metadata }))
+}
+
+/// Whether a server-side dry run of the wanted child left it as it is (what only the server keeps aside).
+fn same_object(existing: &DynamicObject, would_be: &DynamicObject) -> bool {
+    let comparable = |object: &DynamicObject| {
+        let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
+        if let Some(metadata) = value["metadata"].as_object_mut() {
+            for kept_aside in ["resourceVersion", "managedFields", "generation"] {
+                metadata.remove(kept_aside);
+            }
+        }
+        // Items of a list carry no apiVersion and kind.
+        if let Some(fields) = value.as_object_mut() {
+            fields.remove("apiVersion");
+            fields.remove("kind");
+        }
+        value
+    };
+    comparable(existing) == comparable(would_be)
 }

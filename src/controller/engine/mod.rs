@@ -308,24 +308,23 @@ impl Context {
             Err(problem) => return Err(self.sync_failed(&parent, problem)),
         };
         let desired = self.desired_children(&parent, &answer)?;
-        let applied = self.apply_children(&parent, &children, &desired).await;
+        // While the garbage collector deletes a parent in the foreground (or orphans its children), the
+        // children are its business: the hook is still asked, but nothing is written for them.
+        let applied = match parent.metadata.deletion_timestamp.is_some() && gc_finalizing(&parent) {
+            true => Applied::default(),
+            false => self.apply_children(&parent, &children, &desired).await,
+        };
         wrote |= applied.wrote;
         self.conflicts.set(&parent_uid, place(&parent), applied.conflicts.clone());
 
-        let (status, status_written) = self
-            .write_status(&parent, answer.status.clone(), applied.problem.as_ref())
-            .await
-            .map_err(|f| failure(&object, "writing its status", f))?;
-        wrote |= status_written;
-        if let Some(failure) = applied.failure {
-            return Err(failure);
-        }
-        self.backoff.recovered(&parent_uid);
-
-        if finalizing {
-            if !answer.finalized {
-                let resync_after = Some(answer.resync_after.unwrap_or(FINALIZE_RECHECK));
-                return Ok(Done { outcome: Outcome::Finalizing, resync_after, wrote });
+        let status = self.write_status(&parent, answer.status.clone(), applied.problem.as_ref()).await;
+        // The hook says cleaning up is done: the finalizer goes, whatever a child or the status could not
+        // be written (a namespace being deleted refuses every create), or the parent would never go.
+        if finalizing && answer.finalized {
+            for problem in
+                applied.failure.iter().map(ToString::to_string).chain(status.as_ref().err().map(|f| f.message()))
+            {
+                tracing::warn!("{object}: finalized although {problem}");
             }
             self.remove_finalizer(&parent).await.map_err(|f| failure(&object, "removing its finalizer", f))?;
             tracing::info!(
@@ -335,6 +334,16 @@ impl Context {
                 "{object}: finalized"
             );
             return stop(true);
+        }
+        let (status, status_written) = status.map_err(|f| failure(&object, "writing its status", f))?;
+        wrote |= status_written;
+        if let Some(failure) = applied.failure {
+            return Err(failure);
+        }
+        self.backoff.recovered(&parent_uid);
+        if finalizing {
+            let resync_after = Some(answer.resync_after.unwrap_or(FINALIZE_RECHECK));
+            return Ok(Done { outcome: Outcome::Finalizing, resync_after, wrote });
         }
         let outcome = match summary(&status) {
             Some(readiness) if !readiness.ready && !applied.conflicts.is_empty() => Outcome::Conflict(readiness.reason),
@@ -395,6 +404,11 @@ impl Context {
         let reason = format!("{kind}{}", capitalized(word));
         self.event(parent, EventType::Normal, &reason, format!("{kind} {} {word}", child.name));
     }
+}
+
+/// Whether the garbage collector is deleting `parent` in the foreground or orphaning its children.
+fn gc_finalizing(parent: &DynamicObject) -> bool {
+    parent.metadata.finalizers.iter().flatten().any(|f| f == "foregroundDeletion" || f == "orphan")
 }
 
 fn capitalized(word: &str) -> String {

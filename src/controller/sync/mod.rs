@@ -190,8 +190,8 @@ pub fn parse_answer(body: &[u8], strict: bool) -> Result<Answer, String> {
         None | Some(Value::Null) => None,
         Some(Value::Number(n)) => match n.as_f64() {
             Some(s) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s.min(86_400.0 * 365.0))),
-            Some(0.0) => None,
-            _ => return Err(format!("answered resyncAfterSeconds {n}, which is not a positive number")),
+            // Zero or less asks for nothing, as metacontroller reads it.
+            _ => None,
         },
         Some(_) => return Err("answered a resyncAfterSeconds that is not a number".into()),
     };
@@ -311,6 +311,7 @@ mod tests {
         assert!(!answer.finalized);
         assert_eq!(parse_answer(b"{}", false).unwrap(), Answer::default());
         assert!(parse_answer(br#"{"finalized": true, "status": null}"#, false).unwrap().finalized);
+        assert_eq!(parse_answer(br#"{"resyncAfterSeconds": -1}"#, false).unwrap().resync_after, None);
 
         for (body, error) in [
             (&b""[..], "answered nothing"),
@@ -319,7 +320,6 @@ mod tests {
             (b"[]", "not an object"),
             (br#"{"status": "ok"}"#, "a status that is not an object"),
             (br#"{"children": {}}"#, "children that are not a list"),
-            (br#"{"resyncAfterSeconds": -1}"#, "not a positive number"),
             (br#"{"resyncAfterSeconds": "5"}"#, "not a number"),
             (br#"{"finalized": "yes"}"#, "not true or false"),
         ] {
