@@ -37,8 +37,7 @@ impl LabelSelector {
     /// Whether `labels` satisfy the selector, as Kubernetes matches them: every `matchLabels` pair, and
     /// every requirement (`In`, `NotIn`, `Exists`, `DoesNotExist`). An empty selector matches everything.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.match_labels.iter().all(|(key, value)| labels.get(key) == Some(value))
-            && self.match_expressions.iter().all(|req| req.matches(labels))
+        selects(&self.match_labels, &self.match_expressions, labels)
     }
 
     /// What is wrong with the selector, if anything: an operator Kubernetes does not know, or values where
@@ -51,13 +50,16 @@ impl LabelSelector {
 impl AnnotationSelector {
     /// The same rules as a label selector, over the annotations.
     pub fn matches(&self, annotations: &BTreeMap<String, String>) -> bool {
-        self.match_annotations.iter().all(|(key, value)| annotations.get(key) == Some(value))
-            && self.match_expressions.iter().all(|req| req.matches(annotations))
+        selects(&self.match_annotations, &self.match_expressions, annotations)
     }
 
     pub fn check(&self) -> Result<(), String> {
         self.match_expressions.iter().try_for_each(Requirement::check)
     }
+}
+
+fn selects(pairs: &BTreeMap<String, String>, requirements: &[Requirement], map: &BTreeMap<String, String>) -> bool {
+    pairs.iter().all(|(key, value)| map.get(key) == Some(value)) && requirements.iter().all(|req| req.matches(map))
 }
 
 impl Requirement {
