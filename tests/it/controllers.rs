@@ -423,6 +423,17 @@ fn bad_manifests_are_refused_with_their_place() {
     bad("twice.yaml", &twice, "both reconcile keepers.controllers.example.com");
     let no_status = json!({"spec": {"parentResource": {"apiVersion": "v1", "resource": "configmaps"}}});
     bad("no-status.yaml", &[controller("c", "keepers", url, "v1", no_status)], "has no status subresource");
+    let customize = json!({"spec": {"hooks": {"customize": {"webhook": {"url": url}}}}});
+    bad(
+        "customize.yaml",
+        &[controller("c", "keepers", url, "v1", customize)],
+        "spec.hooks.customize: customize hooks are not run yet",
+    );
+    let decorator = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+        "metadata": {"name": "d"}, "spec": {"resources": [{"apiVersion": "v1", "resource": "configmaps"}]}});
+    bad("decorator.yaml", &[decorator], "DecoratorController objects are read but not run yet");
+    let same = [controller("c", "keepers", url, "v1", json!({})), controller("c", "tallies", url, "v1", json!({}))];
+    bad("same-name.yaml", &same, "CompositeController \"c\" is given twice");
     bad(
         "nothing.yaml",
         &[json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})],

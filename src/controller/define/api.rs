@@ -360,19 +360,3 @@ pub struct ClientTls {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_key_key: Option<String>,
 }
-
-/// A customize hook's rule for the objects a parent's syncs are given as `related`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RelatedRule {
-    pub api_version: String,
-    pub resource: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label_selector: Option<LabelSelector>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace_selector: Option<LabelSelector>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub names: Option<Vec<String>>,
-}
