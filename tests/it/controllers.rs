@@ -240,6 +240,81 @@ fn finalize_hooks_and_the_parent_selector() {
     assert!(configmap(&ns.0, "taken").is_none(), "the finalize hook asked for no children");
 }
 
+/// A customize hook's `relatedResources` fill the sync request's `related`, keyed as the sync hook's
+/// version keys them, and a related object that changes, appears, stops matching or goes re-syncs the
+/// parent at once, with either driver.
+#[test]
+fn customize_hooks_feed_related_objects_and_their_changes_resync() {
+    let _cluster = crate::support::shared();
+    crds();
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let customize = hook.url.replace("/sync", "/customize");
+    for (driver, version) in [("--watch", "v1"), ("--interval=1s", "v2")] {
+        let ns = Namespace::new("cc-related");
+        let extra = json!({"spec": {"hooks": {"customize": {"version": version, "webhook": {"url": customize}}}}});
+        let file =
+            manifest(dir.path(), "related.yaml", &[controller("relating", "keepers", &hook.url, version, extra)]);
+        let rules = json!([{"apiVersion": "v1", "resource": "configmaps", "labelSelector": {"matchLabels": {"role": "input"}}}]);
+        let input = |name: &str, value: &str, role: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": name, "labels": {"role": role}}, "data": {"value": value}})
+        };
+        apply(&ns.0, &input("in1", "a", "input"));
+        apply(&ns.0, &input("other", "z", "something-else"));
+        apply(&ns.0, &parent("Keeper", "k", json!({"related": rules})));
+        let _controller = Background::start(&["reconcile", "-f", &file, "-n", &ns.0, driver]);
+        let key = |name: &str| match version {
+            "v1" => format!("ConfigMap.v1:{name}"),
+            _ => format!("ConfigMap.v1:{}/{name}", ns.0),
+        };
+        let related_is = |keys: &[&str], values: &str| {
+            let keys: Vec<String> = keys.iter().map(|k| key(k)).collect();
+            let (keys, values) = (keys.join(","), values.to_owned());
+            eventually(SOON, &format!("{driver}: related {keys} with values {values}"), || {
+                let data = configmap(&ns.0, "k").map(|c| c["data"].clone()).unwrap_or_default();
+                match (data["related"].as_str(), data["relatedValues"].as_str()) {
+                    (Some(k), Some(v)) if k == keys && v == values => Ok(data),
+                    _ => Err(format!("{data}")),
+                }
+            })
+        };
+        let data = related_is(&["in1"], "a");
+        assert_eq!(data["relatedKinds"], "ConfigMap", "a related object carries its type");
+        apply(&ns.0, &input("in1", "b", "input"));
+        related_is(&["in1"], "b");
+        apply(&ns.0, &input("in2", "c", "input"));
+        related_is(&["in1", "in2"], "b,c");
+        apply(&ns.0, &input("in1", "b", "retired"));
+        related_is(&["in2"], "c");
+        kubectl(&["delete", "configmap", "in2", "-n", &ns.0]).success();
+        related_is(&[], "");
+    }
+
+    // A rule metacontroller would refuse fails the sync with the rule's fault, and writes nothing.
+    let ns = Namespace::new("cc-related-bad");
+    let extra = json!({"spec": {"hooks": {"customize": {"webhook": {"url": customize}}}}});
+    let file = manifest(dir.path(), "bad.yaml", &[controller("relating", "keepers", &hook.url, "v1", extra)]);
+    let both = json!([{"apiVersion": "v1", "resource": "secrets", "names": ["a"], "labelSelector": {}}]);
+    apply(&ns.0, &parent("Keeper", "bad", json!({"related": both})));
+    let elsewhere = json!([{"apiVersion": "v1", "resource": "secrets", "namespace": "kube-system"}]);
+    apply(&ns.0, &parent("Keeper", "far", json!({"related": elsewhere})));
+    let unknown = json!([{"apiVersion": "v1", "resource": "gadgets"}]);
+    apply(&ns.0, &parent("Keeper", "odd", json!({"related": unknown})));
+    let run = samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    for expected in [
+        "names cannot be combined with labelSelector or namespaceSelector",
+        "namespace kube-system is not the parent's namespace",
+        "the customize hook answered related gadgets (v1): ",
+    ] {
+        assert!(run.stderr.contains(expected), "{expected}: {run:#?}");
+    }
+    for name in ["bad", "far", "odd"] {
+        assert!(configmap(&ns.0, name).is_none(), "{name}: nothing written");
+    }
+}
+
 /// A parent whose finalize hook says it is done goes, even when the children that answer asks for cannot
 /// be written (here a ConfigMap key the API server refuses; in life, a namespace being deleted refuses
 /// every create).
@@ -423,12 +498,8 @@ fn bad_manifests_are_refused_with_their_place() {
     bad("twice.yaml", &twice, "both reconcile keepers.controllers.example.com");
     let no_status = json!({"spec": {"parentResource": {"apiVersion": "v1", "resource": "configmaps"}}});
     bad("no-status.yaml", &[controller("c", "keepers", url, "v1", no_status)], "has no status subresource");
-    let customize = json!({"spec": {"hooks": {"customize": {"webhook": {"url": url}}}}});
-    bad(
-        "customize.yaml",
-        &[controller("c", "keepers", url, "v1", customize)],
-        "spec.hooks.customize: customize hooks are not run yet",
-    );
+    let customize = json!({"spec": {"hooks": {"customize": {"version": "v2"}}}});
+    bad("customize.yaml", &[controller("c", "keepers", url, "v1", customize)], "hooks.customize has no webhook");
     let decorator = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
         "metadata": {"name": "d"}, "spec": {"resources": [{"apiVersion": "v1", "resource": "configmaps"}]}});
     bad("decorator.yaml", &[decorator], "DecoratorController objects are read but not run yet");

@@ -15,7 +15,7 @@ use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
 use crate::controller::engine::Definition;
 use crate::controller::rules::children::{Adoption, Family, Update};
 use crate::controller::rules::finalizer::{Finalizer, metacontroller_finalizer};
-use crate::controller::sync::{Hooks, Syncer};
+use crate::controller::sync::{Hooks, Shape, Syncer};
 
 pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Definition> {
     let spec = &cc.spec;
@@ -47,9 +47,6 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
     check(&family)?;
 
     let hooks = spec.hooks.as_ref().ok_or_else(|| anyhow!("spec.hooks: no hooks defined"))?;
-    if hooks.customize.is_some() {
-        bail!("spec.hooks.customize: customize hooks are not run yet (samplectl issue 26)");
-    }
     if !spec.endpoint_configs.is_empty() {
         bail!("spec.endpointConfigs: not run yet (samplectl issue 26)");
     }
@@ -70,6 +67,7 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
         hooks.sync.as_ref().ok_or_else(|| anyhow!("spec.hooks.sync: a CompositeController needs a sync hook"))?;
     let sync = callable("sync", sync)?;
     let finalize = hooks.finalize.as_ref().map(|hook| callable("finalize", hook)).transpose()?;
+    let customize = hooks.customize.as_ref().map(|hook| callable("customize", hook)).transpose()?;
     let selector = spec.parent_resource.label_selector.clone();
     if let Some(selector) = &selector {
         selector.check().map_err(|why| anyhow!("spec.parentResource.labelSelector: {why}"))?;
@@ -82,7 +80,7 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
             enabled: finalize.is_some(),
         },
         family,
-        sync: Syncer::Hook(Box::new(Hooks { sync, finalize, controller })),
+        sync: Syncer::Hook(Box::new(Hooks { sync, finalize, customize, controller, shape: Shape::Composite })),
         selector,
         // metacontroller raises a period under a second to one second.
         resync: spec.resync_period_seconds.map(|s| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))),

@@ -10,7 +10,7 @@ use crate::controller::rules::children::Family;
 use crate::controller::rules::finalizer::{FINALIZER, Finalizer};
 use crate::controller::settings::HookSettings;
 use crate::controller::sync::hook::Hook;
-use crate::controller::sync::{Hooks, Syncer, controller_object};
+use crate::controller::sync::{Hooks, Shape, Syncer, controller_object};
 
 /// The Sample controller: the built-in sync, with ConfigMaps as its one child type (a core type, known
 /// without asking discovery).
@@ -45,7 +45,13 @@ pub async fn hooked(conn: &Connection, parent: Resolved, hook: &HookSettings) ->
     let family = Family { parent, children };
     check(&family)?;
     let controller = controller_object(&family, "samplectl");
-    let hooks = Hooks { sync: Hook::new(hook.target.clone(), hook.timeout)?, finalize: None, controller };
+    let hooks = Hooks {
+        sync: Hook::new(hook.target.clone(), hook.timeout)?,
+        finalize: None,
+        customize: None,
+        controller,
+        shape: Shape::Composite,
+    };
     Ok(Definition {
         name: "hook".into(),
         family,

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, ListParams};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -72,15 +73,37 @@ struct State {
     not_ready: Vec<String>,
 }
 
-/// A parent's inputs, by version: the parent and each child it controls.
-fn fingerprint(parent: &DynamicObject, children: &Observed) -> u64 {
+/// A parent's inputs, by version: the parent, each child it controls, and each related object its
+/// customize hook asked for.
+fn fingerprint(parent: &DynamicObject, children: &Observed, related: &[String]) -> u64 {
     let mut hasher = DefaultHasher::new();
     parent.metadata.resource_version.hash(&mut hasher);
     for (key, child) in children {
         key.hash(&mut hasher);
         child.metadata.resource_version.hash(&mut hasher);
     }
+    related.hash(&mut hasher);
     hasher.finish()
+}
+
+/// The metadata of every object of each related type in use, by type key (`Kind.apiVersion`).
+async fn list_related(ctx: &Context) -> Result<HashMap<String, Vec<ObjectMeta>>, Failed> {
+    let types = ctx.related.types().borrow().clone();
+    let mut listed = HashMap::new();
+    for resolved in types {
+        let api = scope::dynamic_metadata(ctx.client.clone(), &resolved.ar, None);
+        let metas = pages(ListParams::default().limit(PAGE), |lp| {
+            let api = api.clone();
+            async move { bounded(api.list_metadata(&lp)).await }
+        })
+        .try_fold(Vec::new(), |mut items, page| async move {
+            items.extend(page.items.into_iter().map(|item| item.metadata));
+            Ok(items)
+        })
+        .await?;
+        listed.insert(format!("{}.{}", resolved.ar.kind, resolved.ar.api_version), metas);
+    }
+    Ok(listed)
 }
 
 impl Poll {
@@ -109,6 +132,8 @@ impl Poll {
             }
         }
 
+        let related = list_related(&self.ctx).await?;
+
         let now = Instant::now();
         let count = parents.len();
         let present: HashSet<String> = parents.iter().map(uid).collect();
@@ -121,7 +146,7 @@ impl Poll {
             if state.running.contains(&uid) {
                 continue;
             }
-            let print = fingerprint(&parent, &observed);
+            let print = fingerprint(&parent, &observed, &self.ctx.related.versions_for(&uid, &related));
             if let Some((last, due)) = state.synced.get(&uid)
                 && *last == print
                 && now < *due

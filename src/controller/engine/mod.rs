@@ -11,6 +11,7 @@ mod children;
 pub mod conflicts;
 pub mod events;
 mod finalizer;
+pub mod related;
 pub mod request;
 mod status;
 pub mod written;
@@ -33,11 +34,12 @@ use super::rules::selector::LabelSelector;
 use super::rules::status::{Readiness, summary};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
-use super::sync::{Answer, Syncer};
+use super::sync::{Answer, Inputs, Syncer};
 use crate::cluster::scope;
 use backoff::Backoff;
 use conflicts::Conflicts;
 use events::EventQueue;
+use related::Related;
 use request::Failed;
 use written::WrittenStatuses;
 
@@ -132,6 +134,7 @@ pub struct Context {
     pub backoff: Backoff,
     pub conflicts: Conflicts,
     written: WrittenStatuses,
+    pub related: Related,
     events: EventQueue,
     /// This controller's driver has seen all its parents once (for /readyz).
     listed: AtomicBool,
@@ -166,6 +169,7 @@ impl Context {
         let Definition { name, family, sync, finalizer, selector, resync, updates, adoption } = definition;
         let reporter = Reporter { controller: "samplectl".into(), instance: hostname() };
         let recorder = Recorder::new(client.clone(), reporter);
+        let related = Related::new(sync.version());
         Context {
             name,
             client,
@@ -181,6 +185,7 @@ impl Context {
             backoff: Backoff::default(),
             conflicts: Conflicts::default(),
             written: WrittenStatuses::default(),
+            related,
             events: EventQueue::new(recorder),
             listed: AtomicBool::new(false),
         }
@@ -207,6 +212,7 @@ impl Context {
         self.written.forget(parent_uid);
         self.backoff.clear(parent_uid);
         self.conflicts.forget(parent_uid);
+        self.related.forget(parent_uid);
     }
 
     fn event(&self, parent: &DynamicObject, type_: EventType, reason: &str, note: String) {
@@ -303,7 +309,9 @@ impl Context {
         let mut children = observed;
         children.retain(|_, child| controlled_by(&child.metadata, &parent_uid));
 
-        let answer = match self.sync.call(&self.family, &parent, &children, finalizing, &now()).await {
+        let related = self.related_objects(&parent).await?;
+        let inputs = Inputs { parent: &parent, children: &children, related: &related, finalizing };
+        let answer = match self.sync.call(&self.family, inputs, &now()).await {
             Ok(answer) => answer,
             Err(problem) => return Err(self.sync_failed(&parent, problem)),
         };

@@ -6,8 +6,20 @@
 
 pub mod children;
 pub mod finalizer;
+pub mod related;
 pub mod selector;
 pub mod status;
 
 /// samplectl's name as a field manager, on every write it makes.
 pub const FIELD_MANAGER: &str = "samplectl";
+
+/// The shape of a hook's requests and answers, as metacontroller's `hooks.*.version`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Version {
+    /// Objects keyed relative to the parent: `name`, or `namespace/name` for a namespaced object of a
+    /// cluster-scoped parent.
+    #[default]
+    V1,
+    /// Objects keyed uniformly: `namespace/name` for every namespaced object, `name` otherwise.
+    V2,
+}

@@ -45,6 +45,19 @@ impl LabelSelector {
     pub fn check(&self) -> Result<(), String> {
         self.match_expressions.iter().try_for_each(Requirement::check)
     }
+
+    /// The selector as a list request's `labelSelector` parameter says it (`a=b,c in (d,e),!f`), so the
+    /// API server does the filtering.
+    pub fn to_query(&self) -> String {
+        let pairs = self.match_labels.iter().map(|(k, v)| format!("{k}={v}"));
+        let requirements = self.match_expressions.iter().map(|r| match r.operator.as_str() {
+            "In" => format!("{} in ({})", r.key, r.values.join(",")),
+            "NotIn" => format!("{} notin ({})", r.key, r.values.join(",")),
+            "DoesNotExist" => format!("!{}", r.key),
+            _ => r.key.clone(),
+        });
+        pairs.chain(requirements).collect::<Vec<_>>().join(",")
+    }
 }
 
 impl AnnotationSelector {
@@ -123,6 +136,21 @@ mod tests {
         let exists =
             AnnotationSelector { match_expressions: vec![requirement("x", "Exists", &[])], ..Default::default() };
         assert!(exists.matches(&labels(&[("x", "")])) && !exists.matches(&labels(&[])));
+    }
+
+    #[test]
+    fn selectors_are_written_as_list_requests_take_them() {
+        let selector = LabelSelector {
+            match_labels: labels(&[("app", "web")]),
+            match_expressions: vec![
+                requirement("tier", "In", &["front", "back"]),
+                requirement("zone", "NotIn", &["b"]),
+                requirement("canary", "DoesNotExist", &[]),
+                requirement("team", "Exists", &[]),
+            ],
+        };
+        assert_eq!(selector.to_query(), "app=web,tier in (front,back),zone notin (b),!canary,team");
+        assert_eq!(LabelSelector::default().to_query(), "");
     }
 
     #[test]

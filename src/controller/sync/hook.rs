@@ -12,7 +12,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::{Answer, Version, parse_answer};
+use super::Version;
 
 /// An answer larger than this is refused: a hook that prints without end must not exhaust memory.
 const MAX_ANSWER: usize = 64 << 20;
@@ -90,14 +90,20 @@ impl Hook {
         Ok(Hook { target, timeout, version, strict, client })
     }
 
-    /// Calls the hook for the parent `object` (`namespace/name`, for the log) with `request`.
-    pub async fn call(&self, object: &str, request: &serde_json::Value) -> Result<Answer, String> {
+    /// Calls the hook for the parent `object` (`namespace/name`, for the log) with `request`, and reads
+    /// its answer with `read` (given the body and whether to read it strictly).
+    pub async fn call<T>(
+        &self,
+        object: &str,
+        request: &serde_json::Value,
+        read: impl FnOnce(&[u8], bool) -> Result<T, String>,
+    ) -> Result<T, String> {
         let body = serde_json::to_vec(request).expect("a request is JSON");
         let answer = match &self.target {
             Target::Command(words) => self.run(words, object, body).await?,
             Target::Url(uri) => self.post(uri, body).await?,
         };
-        parse_answer(&answer, self.strict)
+        read(&answer, self.strict)
     }
 
     async fn run(&self, words: &[String], object: &str, stdin: Vec<u8>) -> Result<Vec<u8>, String> {
@@ -210,6 +216,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::controller::sync::{Answer, Shape, parse_answer};
+
+    fn answer(body: &[u8], strict: bool) -> Result<Answer, String> {
+        parse_answer(body, strict, Shape::Composite)
+    }
 
     #[test]
     fn commands_are_split_like_a_shell_but_not_run_by_one() {
@@ -231,19 +242,19 @@ mod tests {
     async fn a_command_hook_answers_fails_or_times_out() {
         let request = json!({"parent": {"metadata": {"name": "p"}}});
         let echo = hook(r#"sh -c 'cat >/dev/null; echo "{\"status\": {\"n\": 1}}"'"#, 5000);
-        assert_eq!(echo.call("ns/p", &request).await.unwrap().status, Some(json!({"n": 1})));
+        assert_eq!(echo.call("ns/p", &request, answer).await.unwrap().status, Some(json!({"n": 1})));
 
         let failing = hook("sh -c 'echo broken >&2; exit 3'", 5000);
-        assert_eq!(failing.call("ns/p", &request).await.unwrap_err(), "exited with status 3: broken");
+        assert_eq!(failing.call("ns/p", &request, answer).await.unwrap_err(), "exited with status 3: broken");
 
         let slow = hook("sh -c 'sleep 30 | cat'", 300);
         let started = std::time::Instant::now();
-        assert_eq!(slow.call("ns/p", &request).await.unwrap_err(), "did not answer within 300ms");
+        assert_eq!(slow.call("ns/p", &request, answer).await.unwrap_err(), "did not answer within 300ms");
         assert!(started.elapsed() < Duration::from_secs(5), "the pipeline was killed");
 
         let garbage = hook("echo not-json", 5000);
-        assert!(garbage.call("ns/p", &request).await.unwrap_err().starts_with("answered invalid JSON"));
+        assert!(garbage.call("ns/p", &request, answer).await.unwrap_err().starts_with("answered invalid JSON"));
         let missing = hook("/nonexistent/hook", 5000);
-        assert!(missing.call("ns/p", &request).await.unwrap_err().starts_with("cannot be started"));
+        assert!(missing.call("ns/p", &request, answer).await.unwrap_err().starts_with("cannot be started"));
     }
 }

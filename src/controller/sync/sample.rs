@@ -79,7 +79,7 @@ pub fn sync(sample: &DynamicObject, children: &Observed, now: &str) -> Answer {
             children.values().filter_map(|child| serde_json::to_value(child).ok()).collect()
         }
     };
-    Answer { status: Some(status), children, resync_after: None, finalized: false }
+    Answer { status: Some(status), children, ..Answer::default() }
 }
 
 #[cfg(test)]

@@ -18,10 +18,11 @@ mod once;
 mod owners;
 mod triggers;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, SelectAll};
 use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -32,11 +33,13 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
+use crate::cluster::resolve::Resolved;
 use crate::cluster::scope;
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError, uid};
 use crate::controller::rules::children::{
     Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector,
 };
+use crate::controller::serve::health::Health;
 use once::Once;
 use owners::Owners;
 use triggers::{Outage, Seen, triggers};
@@ -148,6 +151,7 @@ impl Watch {
             let (object, deleted) = match seen {
                 Seen::Applied(object) => (object, false),
                 Seen::Deleted(object) => (object, true),
+                Seen::Listing(_) => return Vec::new(),
                 Seen::Listed => {
                     let mut owners = owners.lock().unwrap_or_else(|e| e.into_inner());
                     owners.clear_kind(kind);
@@ -182,8 +186,43 @@ impl Watch {
         let outage = self.outage(format!("other {}s", family.children[kind].ar.kind));
         triggers(events, outage, move |seen| match seen {
             Seen::Applied(meta) | Seen::Deleted(meta) => Self::blocked(&ctx, &family, kind, &meta.metadata),
+            Seen::Listing(_) => Vec::new(),
             Seen::Listed => every_parent(&parents, &family.parent.ar),
         })
+    }
+
+    /// The triggers from the objects customize hooks asked for: a metadata watch of each related type,
+    /// started when a parent first asks for it. A change triggers every parent whose rules select the
+    /// object as it is now or as it was before (its labels may have taken it out); a relist, every parent
+    /// with a rule on the type, since an object deleted while the watch was down leaves no event.
+    fn related(&self) -> Triggers {
+        let (ctx, health) = (self.ctx.clone(), self.ctx.health.clone());
+        let types = self.ctx.related.types();
+        let state = (types, SelectAll::<Triggers>::new(), Vec::<Resolved>::new());
+        stream::unfold(state, move |(mut types, mut watches, mut watching)| {
+            let (ctx, health) = (ctx.clone(), health.clone());
+            async move {
+                loop {
+                    let wanted = types.borrow_and_update().clone();
+                    for resolved in wanted {
+                        let known = watching
+                            .iter()
+                            .any(|w| w.ar.api_version == resolved.ar.api_version && w.ar.kind == resolved.ar.kind);
+                        if !known {
+                            watches.push(related_watch(&ctx, &health, &resolved));
+                            watching.push(resolved);
+                        }
+                    }
+                    tokio::select! {
+                        changed = types.changed() => if changed.is_err() { return None },
+                        Some(trigger) = watches.next(), if !watches.is_empty() => {
+                            return Some((trigger, (types, watches, watching)));
+                        }
+                    }
+                }
+            }
+        })
+        .boxed()
     }
 
     /// The parents themselves, each triggered once the store holds it (see the module's comment); they
@@ -205,6 +244,7 @@ impl Watch {
         let outage = self.outage(format!("{}s", ar.kind));
         let parents = triggers(events, outage, move |seen| match seen {
             Seen::Applied(parent) => vec![ObjectRef::from_obj_with(&parent, ar.clone())],
+            Seen::Listing(_) => Vec::new(),
             Seen::Deleted(parent) => {
                 ctx.parent_gone(parent.metadata.uid.as_deref().unwrap_or_default());
                 Vec::new()
@@ -246,6 +286,7 @@ impl Watch {
             triggers.push(self.labelled_children(kind, writer, &parents, &owners, &listed));
             triggers.push(self.other_objects(kind, &parents));
         }
+        triggers.push(self.related());
         triggers.push(self.parents(parents_writer, tracker.clone(), listed_rx));
         let triggers = stream::select_all(triggers);
 
@@ -295,6 +336,56 @@ impl Watch {
             .await;
         Ok(tracker.map(|t| t.not_ready()))
     }
+}
+
+/// The triggers from one related type's metadata watch, across the cluster.
+fn related_watch(ctx: &Arc<Context>, health: &Arc<Health>, resolved: &Resolved) -> Triggers {
+    let api = scope::dynamic_metadata(ctx.client.clone(), &resolved.ar, None);
+    let events = watcher(api, watcher::Config::default()).default_backoff();
+    let outage = Outage::new(format!("related {}s", resolved.ar.kind), health);
+    let (ctx, resolved) = (ctx.clone(), resolved.clone());
+    let parent_ar = ctx.family.parent.ar.clone();
+    // What each object looked like last (its place and labels), to trigger the parents that selected it
+    // before a change; rebuilt by each relist.
+    let mut before: HashMap<String, ObjectMeta> = HashMap::new();
+    let mut relisted: HashMap<String, ObjectMeta> = HashMap::new();
+    let kept = |meta: &ObjectMeta| ObjectMeta {
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        labels: meta.labels.clone(),
+        ..ObjectMeta::default()
+    };
+    triggers(events, outage, move |seen| {
+        let (meta, deleted) = match seen {
+            Seen::Applied(meta) => (Some(meta.metadata), false),
+            Seen::Deleted(meta) => (Some(meta.metadata), true),
+            Seen::Listing(meta) => {
+                relisted.insert(meta.metadata.uid.clone().unwrap_or_default(), kept(&meta.metadata));
+                return Vec::new();
+            }
+            Seen::Listed => {
+                before = std::mem::take(&mut relisted);
+                (None, false)
+            }
+        };
+        let parents = match meta {
+            Some(meta) => {
+                let id = meta.uid.clone().unwrap_or_default();
+                let mut parents = ctx.related.parents_of(&resolved, Some(&meta));
+                if let Some(old) = before.remove(&id) {
+                    parents.extend(ctx.related.parents_of(&resolved, Some(&old)));
+                }
+                if !deleted {
+                    before.insert(id, kept(&meta));
+                }
+                parents
+            }
+            None => ctx.related.parents_of(&resolved, None),
+        };
+        let mut parents: Vec<ParentRef> = parents.iter().map(|(ns, name)| parent_ref(ns, name, &parent_ar)).collect();
+        parents.dedup();
+        parents
+    })
 }
 
 /// Not-Ready outcomes count as failures for `--once`, but are not errors: the parent's status says why,

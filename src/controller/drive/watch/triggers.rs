@@ -15,6 +15,8 @@ use crate::controller::serve::health::Health;
 pub enum Seen<K> {
     Applied(K),
     Deleted(K),
+    /// An object of a (re)list still in progress.
+    Listing(K),
     /// A (re)list is complete: the store holds exactly what the server has.
     Listed,
 }
@@ -42,7 +44,8 @@ where
                     outage.listed();
                     on(Seen::Listed)
                 }
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
+                Ok(watcher::Event::InitApply(object)) => on(Seen::Listing(object)),
+                Ok(watcher::Event::Init) => Vec::new(),
             };
             futures::future::ready(Some(stream::iter(triggers)))
         })
