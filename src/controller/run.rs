@@ -21,7 +21,7 @@ use super::serve::metrics::Metrics;
 use super::serve::metrics_access::MetricsAccess;
 use super::serve::{Secure, serve_health, serve_metrics, tls};
 use super::settings::{Driver, Serve, Settings, Source};
-use super::sync::Syncer;
+use super::sync::{Shape, Syncer};
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
 use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
@@ -154,14 +154,19 @@ fn stop_on_signal() -> watch::Receiver<bool> {
     stop
 }
 
-/// "Samples", or "deployments.apps with hook ./sync (children: configmaps)".
+/// "Samples", "deployments.apps with hook ./sync (children: configmaps)", or "decorating
+/// clusterroles.rbac.authorization.k8s.io with hook http://... (attachments: configmaps)".
 fn describe(definition: &Definition) -> String {
     match &definition.sync {
         Syncer::Sample => "Samples".to_owned(),
         Syncer::Hook(hooks) => {
             let children: Vec<String> = definition.family.children.iter().map(Resolved::qualified_plural).collect();
+            let (verb, kind) = match hooks.shape {
+                Shape::Composite => ("", "children"),
+                Shape::Decorator => ("decorating ", "attachments"),
+            };
             format!(
-                "{} with hook {} (children: {})",
+                "{verb}{} with hook {} ({kind}: {})",
                 definition.family.parent.qualified_plural(),
                 hooks.sync.target,
                 if children.is_empty() { "none".to_owned() } else { children.join(", ") }

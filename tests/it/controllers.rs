@@ -54,11 +54,12 @@ struct HookServer {
 
 impl HookServer {
     fn start() -> Self {
+        Self::of("tests/fixtures/keys-hook.py")
+    }
+
+    fn of(script: &str) -> Self {
         let port = free_port();
-        let child = std::process::Command::new("python3")
-            .args(["tests/fixtures/keys-hook.py", &port.to_string()])
-            .spawn()
-            .unwrap();
+        let child = std::process::Command::new("python3").args([script, &port.to_string()]).spawn().unwrap();
         eventually(SOON, "the hook server", || {
             std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())
         });
@@ -315,6 +316,104 @@ fn customize_hooks_feed_related_objects_and_their_changes_resync() {
     }
 }
 
+/// A DecoratorController decorates a CRD's objects (by label) and a built-in cluster-scoped kind (by
+/// annotation): the hook's labels and annotations land on the object itself (null removes), its
+/// attachments are made, owned by the object, marked with the decorator's name and sent back keyed as
+/// v1 keys them, a status is written only where one is answered and the type has the subresource, and
+/// the finalize hook runs under metacontroller's finalizer name before the object goes.
+#[test]
+fn decorator_controllers_decorate_custom_and_built_in_objects() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("dc");
+    let hook = HookServer::of("tests/fixtures/decorator-hook.py");
+    let dir = tempfile::tempdir().unwrap();
+    let role = format!("samplectl-test-{}", ns.0);
+    let dc = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1",
+        "kind": "DecoratorController",
+        "metadata": {"name": "decorating"},
+        "spec": {
+            "resources": [
+                {"apiVersion": "controllers.example.com/v1", "resource": "tallies",
+                 "labelSelector": {"matchLabels": {"decorate": "yes"}}},
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles",
+                 "annotationSelector": {"matchAnnotations": {"samplectl-test/decorate": ns.0}}},
+            ],
+            "attachments": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": hook.url}}, "finalize": {"webhook": {"url": hook.url}}},
+        },
+    });
+    let file = manifest(dir.path(), "decorator.yaml", &[dc]);
+    let mut taken = parent("Tally", "taken", json!({}));
+    taken["metadata"]["labels"] = json!({"decorate": "yes", "remove-me": "x"});
+    taken["metadata"]["annotations"] = json!({"samplectl-test/status": ""});
+    apply(&ns.0, &taken);
+    let mut quiet = parent("Tally", "quiet", json!({}));
+    quiet["metadata"]["labels"] = json!({"decorate": "yes"});
+    apply(&ns.0, &quiet);
+    apply(&ns.0, &parent("Tally", "left", json!({})));
+    let cluster_role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": role, "annotations": {"samplectl-test/decorate": ns.0}}, "rules": []});
+    apply("default", &cluster_role);
+
+    let controller = Background::start(&["reconcile", "-f", &file, "-n", &ns.0, "--watch"]);
+    let tally = |name: &str| kubectl_json(&["get", "tallies.controllers.example.com", name, "-n", &ns.0]);
+    let decorated = eventually(SOON, "the labelled Tally decorated, its attachment seen", || {
+        let t = tally("taken");
+        match t["metadata"]["annotations"]["samplectl-test/attachments"].as_str() {
+            Some("ConfigMap.v1:taken-decor") => Ok(t),
+            _ => Err(format!("{t}")),
+        }
+    });
+    let labels = &decorated["metadata"]["labels"];
+    assert_eq!(labels["decorated"], "yes", "{decorated}");
+    assert!(labels.get("remove-me").is_none(), "a null label is removed: {decorated}");
+    assert_eq!(decorated["status"], json!({"decorated": true}), "the hook's status alone");
+    assert_eq!(decorated["metadata"]["finalizers"], json!(["metacontroller.io/decoratorcontroller-decorating"]));
+    let attachment = configmap(&ns.0, "taken-decor").unwrap();
+    assert_eq!(attachment["data"]["kind"], "Tally");
+    assert_eq!(attachment["metadata"]["annotations"]["metacontroller.k8s.io/decorator-controller"], "decorating");
+    let owner = &attachment["metadata"]["ownerReferences"][0];
+    assert_eq!((owner["name"].as_str(), owner["controller"].as_bool()), (Some("taken"), Some(true)));
+
+    let quiet = eventually(SOON, "the second Tally decorated", || {
+        let t = tally("quiet");
+        if t["metadata"]["labels"]["decorated"] == "yes" { Ok(t) } else { Err(format!("{t}")) }
+    });
+    assert!(quiet.get("status").is_none(), "a null status leaves it as it is: {quiet}");
+    let role_object = eventually(SOON, "the ClusterRole decorated", || {
+        let r = kubectl_json(&["get", "clusterrole", &role]);
+        if r["metadata"]["labels"]["decorated"] == "yes" { Ok(r) } else { Err(format!("{r}")) }
+    });
+    assert!(role_object.get("status").is_none());
+    let role_attachment = eventually(SOON, "the ClusterRole's attachment", || {
+        configmap(&ns.0, &format!("{role}-decor")).ok_or_else(|| "not yet".to_owned())
+    });
+    assert_eq!(role_attachment["data"]["kind"], "ClusterRole");
+    assert_eq!(role_attachment["metadata"]["ownerReferences"][0]["kind"], "ClusterRole");
+    let left = tally("left");
+    assert!(left["metadata"].get("labels").is_none() && left["metadata"].get("finalizers").is_none(), "{left}");
+    assert!(configmap(&ns.0, "left-decor").is_none());
+
+    // The finalize hook removes the attachment, then says it is done; the object goes.
+    kubectl(&["delete", "tallies.controllers.example.com", "taken", "-n", &ns.0, "--wait=false"]).success();
+    kubectl(&["delete", "clusterrole", &role, "--wait=false"]).success();
+    eventually(SOON, "the finalized objects gone", || {
+        let t = kubectl(&["get", "tallies.controllers.example.com", "taken", "-n", &ns.0, "--ignore-not-found"]);
+        let r = kubectl(&["get", "clusterrole", &role, "--ignore-not-found"]);
+        if t.stdout.trim().is_empty() && r.stdout.trim().is_empty() { Ok(()) } else { Err(t.stdout + &r.stdout) }
+    });
+    assert!(configmap(&ns.0, "taken-decor").is_none());
+    drop(controller);
+
+    // The poll driver does the same, once.
+    kubectl(&["label", "tallies.controllers.example.com", "left", "-n", &ns.0, "decorate=yes"]).success();
+    samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]).success();
+    assert_eq!(tally("left")["metadata"]["labels"]["decorated"], "yes");
+    assert!(configmap(&ns.0, "left-decor").is_some());
+}
+
 /// A parent whose finalize hook says it is done goes, even when the children that answer asks for cannot
 /// be written (here a ConfigMap key the API server refuses; in life, a namespace being deleted refuses
 /// every create).
@@ -502,7 +601,20 @@ fn bad_manifests_are_refused_with_their_place() {
     bad("customize.yaml", &[controller("c", "keepers", url, "v1", customize)], "hooks.customize has no webhook");
     let decorator = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
         "metadata": {"name": "d"}, "spec": {"resources": [{"apiVersion": "v1", "resource": "configmaps"}]}});
-    bad("decorator.yaml", &[decorator], "DecoratorController objects are read but not run yet");
+    bad("decorator.yaml", &[decorator.clone()], "spec.hooks: no hooks defined");
+    let mut rolling = decorator.clone();
+    rolling["spec"]["hooks"] = json!({"sync": {"webhook": {"url": url}}});
+    rolling["spec"]["attachments"] =
+        json!([{"apiVersion": "v1", "resource": "secrets", "updateStrategy": {"method": "RollingInPlace"}}]);
+    bad(
+        "rolling.yaml",
+        &[rolling],
+        "spec.attachments[0].updateStrategy.method: RollingInPlace is for a CompositeController",
+    );
+    let mut cluster_child = decorator.clone();
+    cluster_child["spec"]["hooks"] = json!({"sync": {"webhook": {"url": url}}});
+    cluster_child["spec"]["attachments"] = json!([{"apiVersion": "v1", "resource": "namespaces"}]);
+    bad("cluster-child.yaml", &[cluster_child], "spec.resources[0]: cannot attach these types");
     let same = [controller("c", "keepers", url, "v1", json!({})), controller("c", "tallies", url, "v1", json!({}))];
     bad("same-name.yaml", &same, "CompositeController \"c\" is given twice");
     bad(

@@ -15,6 +15,7 @@ use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
 use crate::controller::engine::Definition;
 use crate::controller::rules::children::{Adoption, Family, Update};
 use crate::controller::rules::finalizer::{Finalizer, metacontroller_finalizer};
+use crate::controller::rules::selector::ParentSelector;
 use crate::controller::sync::{Hooks, Shape, Syncer};
 
 pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Definition> {
@@ -81,9 +82,8 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
         },
         family,
         sync: Syncer::Hook(Box::new(Hooks { sync, finalize, customize, controller, shape: Shape::Composite })),
-        selector,
-        // metacontroller raises a period under a second to one second.
-        resync: spec.resync_period_seconds.map(|s| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))),
+        selector: ParentSelector { labels: selector, annotations: None },
+        resync: resync(spec.resync_period_seconds),
         updates,
         adoption: Some(match spec.generate_selector {
             Some(true) => Adoption::ControllerUid,
@@ -92,8 +92,13 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
     })
 }
 
+/// `resyncPeriodSeconds`: metacontroller raises a period under a second to one second.
+pub(super) fn resync(seconds: Option<i32>) -> Option<Duration> {
+    seconds.map(|s| Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1)))
+}
+
 /// The type `apiVersion` and `resource` name, through discovery; `field` says where they were given.
-async fn resolve(conn: &Connection, api_version: &str, resource: &str, field: &str) -> Result<Resolved> {
+pub(super) async fn resolve(conn: &Connection, api_version: &str, resource: &str, field: &str) -> Result<Resolved> {
     let gvr = Gvr::parse(&format!("{api_version}/{resource}")).map_err(|why| anyhow!("{field}: {why}"))?;
     resolve_gvr(&conn.client, &gvr).await.with_context(|| field.to_owned())
 }

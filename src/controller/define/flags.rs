@@ -8,6 +8,7 @@ use crate::cluster::resolve::{Resolved, resolve_gvr};
 use crate::controller::engine::Definition;
 use crate::controller::rules::children::Family;
 use crate::controller::rules::finalizer::{FINALIZER, Finalizer};
+use crate::controller::rules::selector::ParentSelector;
 use crate::controller::settings::HookSettings;
 use crate::controller::sync::hook::Hook;
 use crate::controller::sync::{Hooks, Shape, Syncer, controller_object};
@@ -26,7 +27,7 @@ pub fn built_in(samples: Resolved) -> Definition {
         family: Family { parent: samples, children: vec![configmaps] },
         sync: Syncer::Sample,
         finalizer: Finalizer { name: FINALIZER.into(), enabled: false },
-        selector: None,
+        selector: ParentSelector::default(),
         resync: None,
         updates: Vec::new(),
         adoption: None,
@@ -57,7 +58,7 @@ pub async fn hooked(conn: &Connection, parent: Resolved, hook: &HookSettings) ->
         family,
         sync: Syncer::Hook(Box::new(hooks)),
         finalizer: Finalizer { name: FINALIZER.into(), enabled: hook.finalize },
-        selector: None,
+        selector: ParentSelector::default(),
         resync: None,
         updates: Vec::new(),
         adoption: None,

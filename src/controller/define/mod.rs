@@ -7,6 +7,7 @@
 
 pub mod api;
 mod composite;
+mod decorator;
 mod flags;
 mod hooks;
 pub mod load;
@@ -37,18 +38,23 @@ pub async fn from_manifests(conn: &Connection, paths: &[PathBuf]) -> Result<Vec<
         if !names.insert((object.kind(), object.name())) {
             bail!("{what} is given twice");
         }
-        let definition = match object {
-            Object::Composite(cc) => composite::define(conn, cc).await,
-            Object::Decorator(_) => {
-                Err(anyhow::anyhow!("DecoratorController objects are read but not run yet (samplectl issue 26)"))
+        match object {
+            Object::Composite(cc) => {
+                let definition =
+                    composite::define(conn, cc).await.map_err(|err| err.context(format!("cannot run {what}")))?;
+                // Two composites of one parent type would fight over its children and status; decorators
+                // of one type may sit side by side, each with its own attachments and keys.
+                let parent = definition.family.parent.qualified_plural();
+                if let Some(other) = parents.insert(parent.clone(), what.clone()) {
+                    bail!(
+                        "{other} and {what} both reconcile {parent}; each parent type may have one CompositeController"
+                    );
+                }
+                definitions.push(definition);
             }
-        };
-        let definition = definition.map_err(|err| err.context(format!("cannot run {what}")))?;
-        let parent = definition.family.parent.qualified_plural();
-        if let Some(other) = parents.insert(parent.clone(), what.clone()) {
-            bail!("{other} and {what} both reconcile {parent}; each parent type may have one controller");
+            Object::Decorator(dc) => definitions
+                .extend(decorator::define(conn, dc).await.map_err(|err| err.context(format!("cannot run {what}")))?),
         }
-        definitions.push(definition);
     }
     Ok(definitions)
 }

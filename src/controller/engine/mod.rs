@@ -9,6 +9,7 @@
 pub mod backoff;
 mod children;
 pub mod conflicts;
+mod decorate;
 pub mod events;
 mod finalizer;
 pub mod related;
@@ -29,12 +30,13 @@ use kube::{Client, Resource};
 use serde_json::Value;
 
 use super::rules::children::{Adoption, CONTROLLER_UID, ChildKey, Family, Observed, Update, controlled_by};
+use super::rules::decorate::DECORATOR_ANNOTATION;
 use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step};
-use super::rules::selector::LabelSelector;
+use super::rules::selector::ParentSelector;
 use super::rules::status::{Readiness, summary};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
-use super::sync::{Answer, Inputs, Syncer};
+use super::sync::{Answer, Inputs, Shape, Syncer};
 use crate::cluster::scope;
 use backoff::Backoff;
 use conflicts::Conflicts;
@@ -106,8 +108,8 @@ pub struct Definition {
     pub family: Family,
     pub sync: Syncer,
     pub finalizer: Finalizer,
-    /// Only parents with these labels (a CompositeController's `parentResource.labelSelector`).
-    pub selector: Option<LabelSelector>,
+    /// Only the parents this takes in.
+    pub selector: ParentSelector,
     /// Overrides the driver's resync (`resyncPeriodSeconds`).
     pub resync: Option<Duration>,
     /// What is done to a child of each type that differs from what its parent wants; in place for a type
@@ -125,7 +127,7 @@ pub struct Context {
     pub family: Family,
     sync: Syncer,
     finalizer: Finalizer,
-    selector: Option<LabelSelector>,
+    selector: ParentSelector,
     pub resync: Option<Duration>,
     updates: Vec<Update>,
     adoption: Option<Adoption>,
@@ -270,15 +272,11 @@ impl Context {
 
         let mut parent = Cow::Borrowed(parent);
         let mut wrote = false;
-        let empty = Default::default();
         let facts = Facts {
             finalize: self.finalizer.enabled,
             holds: finalizer_rules::holds(parent.metadata.finalizers.as_deref(), &self.finalizer.name),
             deleting: parent.metadata.deletion_timestamp.is_some(),
-            selected: self
-                .selector
-                .as_ref()
-                .is_none_or(|s| s.matches(parent.metadata.labels.as_ref().unwrap_or(&empty))),
+            selected: self.selector.matches(&parent.metadata),
         };
         let step = finalizer_rules::step(facts);
         match step {
@@ -307,7 +305,11 @@ impl Context {
         // refused create or update and one GET.
         let parent_uid = uid(&parent);
         let mut children = observed;
-        children.retain(|_, child| controlled_by(&child.metadata, &parent_uid));
+        let decorator = self.sync.shape() == Shape::Decorator;
+        // A decorator's attachments are the ones it made: another decorator's of the same object are not.
+        children.retain(|_, child| {
+            controlled_by(&child.metadata, &parent_uid) && (!decorator || made_by(&child.metadata, &self.name))
+        });
 
         let related = self.related_objects(&parent).await?;
         let inputs = Inputs { parent: &parent, children: &children, related: &related, finalizing };
@@ -325,7 +327,24 @@ impl Context {
         wrote |= applied.wrote;
         self.conflicts.set(&parent_uid, place(&parent), applied.conflicts.clone());
 
-        let status = self.write_status(&parent, answer.status.clone(), applied.problem.as_ref()).await;
+        if decorator {
+            wrote |= self
+                .decorate(&parent, &answer)
+                .await
+                .map_err(|f| failure(&object, "writing its labels and annotations", f))?;
+        }
+        let status = match decorator {
+            false => self.write_status(&parent, answer.status.clone(), applied.problem.as_ref(), true).await,
+            // A decorator's status: only where the object has a status subresource, and only when one is
+            // answered (null keeps it as it is) or the attachments have a problem to report.
+            true if self.family.parent.subresources.iter().any(|s| s == "status")
+                && (answer.status.is_some() || applied.problem.is_some()) =>
+            {
+                let answered = answer.status.clone().or_else(|| parent.data.get("status").cloned());
+                self.write_status(&parent, answered, applied.problem.as_ref(), false).await
+            }
+            true => Ok((parent.data.get("status").cloned().unwrap_or(Value::Null), false)),
+        };
         // The hook says cleaning up is done: the finalizer goes, whatever a child or the status could not
         // be written (a namespace being deleted refuses every create), or the parent would never go.
         if finalizing && answer.finalized {
@@ -379,6 +398,9 @@ impl Context {
                     labels[CONTROLLER_UID] = uid(parent).into();
                 }
             }
+            if self.sync.shape() == Shape::Decorator {
+                body["metadata"]["annotations"][DECORATOR_ANNOTATION] = self.name.clone().into();
+            }
             if desired.insert(key.clone(), body).is_some() {
                 let kind = &self.family.children[key.kind].ar.kind;
                 return Err(self.sync_failed(parent, format!("{} answered {kind} {key} twice", self.sync.name())));
@@ -412,6 +434,11 @@ impl Context {
         let reason = format!("{kind}{}", capitalized(word));
         self.event(parent, EventType::Normal, &reason, format!("{kind} {} {word}", child.name));
     }
+}
+
+/// Whether the object `meta` describes carries the decorator annotation naming `controller`.
+fn made_by(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, controller: &str) -> bool {
+    meta.annotations.as_ref().and_then(|a| a.get(DECORATOR_ANNOTATION)).is_some_and(|c| c == controller)
 }
 
 /// Whether the garbage collector is deleting `parent` in the foreground or orphaning its children.

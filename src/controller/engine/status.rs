@@ -10,19 +10,20 @@ use super::{Context, key, now, uid};
 use crate::controller::rules::status::{Readiness, Written, desired, patch, summary};
 
 impl Context {
-    /// Writes the parent's status when it differs from what the parent holds: the sync's status with
-    /// `observedGeneration`, and a problem with the children (a conflict, a failed write) in `Ready`.
+    /// Writes the parent's status when it differs from what the parent holds: the sync's status (with
+    /// `observedGeneration` where asked), and a problem with the children (a conflict, a failed write) in `Ready`.
     /// Returns the status the parent has now, and whether it was written.
     pub(super) async fn write_status(
         &self,
         parent: &DynamicObject,
         answered: Option<Value>,
         problem: Option<&Readiness>,
+        observed_generation: bool,
     ) -> Result<(Value, bool), Failed> {
         let parent_uid = uid(parent);
         let generation = parent.metadata.generation.unwrap_or_default();
         let current = parent.data.get("status").cloned().unwrap_or(Value::Null);
-        let status = desired(answered, &current, problem, generation, &now());
+        let status = desired(answered, &current, problem, (generation, observed_generation), &now());
         let version = parent.metadata.resource_version.clone().unwrap_or_default();
         if !self.written.needs_write(&parent_uid, &status, &current, &version) {
             return Ok((current, false));

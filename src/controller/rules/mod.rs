@@ -5,6 +5,7 @@
 //! a request, so every rule has unit tests.
 
 pub mod children;
+pub mod decorate;
 pub mod finalizer;
 pub mod related;
 pub mod selector;

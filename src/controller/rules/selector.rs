@@ -71,6 +71,22 @@ impl AnnotationSelector {
     }
 }
 
+/// Which parents a controller takes: a CompositeController's `parentResource.labelSelector`, a
+/// DecoratorController resource's label and annotation selectors. Every parent, when neither is given.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ParentSelector {
+    pub labels: Option<LabelSelector>,
+    pub annotations: Option<AnnotationSelector>,
+}
+
+impl ParentSelector {
+    pub fn matches(&self, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+        let empty = BTreeMap::new();
+        self.labels.as_ref().is_none_or(|s| s.matches(meta.labels.as_ref().unwrap_or(&empty)))
+            && self.annotations.as_ref().is_none_or(|s| s.matches(meta.annotations.as_ref().unwrap_or(&empty)))
+    }
+}
+
 fn selects(pairs: &BTreeMap<String, String>, requirements: &[Requirement], map: &BTreeMap<String, String>) -> bool {
     pairs.iter().all(|(key, value)| map.get(key) == Some(value)) && requirements.iter().all(|req| req.matches(map))
 }
@@ -151,6 +167,24 @@ mod tests {
         };
         assert_eq!(selector.to_query(), "app=web,tier in (front,back),zone notin (b),!canary,team");
         assert_eq!(LabelSelector::default().to_query(), "");
+    }
+
+    #[test]
+    fn a_parent_selector_takes_both_labels_and_annotations() {
+        let meta =
+            |on: &[(&str, &str)], noted: &[(&str, &str)]| k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                labels: Some(labels(on)),
+                annotations: Some(labels(noted)),
+                ..Default::default()
+            };
+        assert!(ParentSelector::default().matches(&meta(&[], &[])));
+        let both = ParentSelector {
+            labels: Some(LabelSelector { match_labels: labels(&[("a", "1")]), ..Default::default() }),
+            annotations: Some(AnnotationSelector { match_annotations: labels(&[("b", "2")]), ..Default::default() }),
+        };
+        assert!(both.matches(&meta(&[("a", "1")], &[("b", "2")])));
+        assert!(!both.matches(&meta(&[("a", "1")], &[])));
+        assert!(!both.matches(&meta(&[], &[("b", "2")])));
     }
 
     #[test]

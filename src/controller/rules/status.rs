@@ -78,20 +78,23 @@ pub fn same_status(a: &Value, b: &Value) -> bool {
 }
 
 /// The status to write for a parent whose status is `current`: the sync's answer (an empty status when it
-/// gave none, as metacontroller takes it) with `observedGeneration`, and a problem with the children (a
-/// conflict, a failed write), if any, in `Ready`.
+/// gave none, as metacontroller takes it) with `observedGeneration` when `stamped` (a
+/// CompositeController's; a DecoratorController's status is the hook's alone), and a problem with the
+/// children (a conflict, a failed write), if any, in `Ready`.
 pub fn desired(
     answered: Option<Value>,
     current: &Value,
     problem: Option<&Readiness>,
-    generation: i64,
+    (generation, stamped): (i64, bool),
     now: &str,
 ) -> Value {
     let mut status = answered.unwrap_or_else(|| json!({}));
     if !status.is_object() {
         status = json!({});
     }
-    status["observedGeneration"] = generation.into();
+    if stamped {
+        status["observedGeneration"] = generation.into();
+    }
     if let Some(problem) = problem {
         set_ready(&mut status, current, problem, generation, now);
     }
@@ -194,14 +197,16 @@ mod tests {
 
     #[test]
     fn the_desired_status_carries_the_generation_and_the_childrens_problem() {
-        let plain = desired(None, &json!(null), None, 4, "t");
+        let plain = desired(None, &json!(null), None, (4, true), "t");
         assert_eq!(plain, json!({"observedGeneration": 4}));
-        let answered = desired(Some(json!({"replicas": 1})), &json!(null), None, 4, "t");
+        let answered = desired(Some(json!({"replicas": 1})), &json!(null), None, (4, true), "t");
         assert_eq!(answered, json!({"replicas": 1, "observedGeneration": 4}));
         let problem = Readiness::not_ready("ConfigMapConflict", "taken");
-        let blocked = desired(Some(json!({"replicas": 1})), &json!(null), Some(&problem), 4, "t");
+        let blocked = desired(Some(json!({"replicas": 1})), &json!(null), Some(&problem), (4, true), "t");
         assert_eq!(summary(&blocked), Some(problem));
         assert_eq!(blocked["replicas"], 1);
+        let decorated = desired(Some(json!({"replicas": 1})), &json!(null), None, (4, false), "t");
+        assert_eq!(decorated, json!({"replicas": 1}), "a decorator's status is the hook's alone");
     }
 
     #[test]
