@@ -601,7 +601,7 @@ fn bad_manifests_are_refused_with_their_place() {
     bad("customize.yaml", &[controller("c", "keepers", url, "v1", customize)], "hooks.customize has no webhook");
     let decorator = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
         "metadata": {"name": "d"}, "spec": {"resources": [{"apiVersion": "v1", "resource": "configmaps"}]}});
-    bad("decorator.yaml", &[decorator.clone()], "spec.hooks: no hooks defined");
+    bad("decorator.yaml", std::slice::from_ref(&decorator), "spec.hooks: no hooks defined");
     let mut rolling = decorator.clone();
     rolling["spec"]["hooks"] = json!({"sync": {"webhook": {"url": url}}});
     rolling["spec"]["attachments"] =
