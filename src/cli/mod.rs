@@ -246,6 +246,17 @@ pub struct ReconcileArgs {
     #[arg(short = 'f', long = "filename", value_name = "PATH", help_heading = "Controllers",
           conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize"], value_hint = ValueHint::AnyPath)]
     pub filenames: Vec<std::path::PathBuf>,
+
+    /// Run every CompositeController and DecoratorController stored in the cluster, and start, change and
+    /// stop each one as its object is created, updated and deleted, as metacontroller does
+    #[arg(long, help_heading = "Controllers",
+          conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize", "filenames"])]
+    pub from_cluster: bool,
+
+    /// With --from-cluster: only the controller objects with these labels (metacontroller's
+    /// --target-label-selector), so that several instances can split them
+    #[arg(long, value_name = "SELECTOR", requires = "from_cluster", help_heading = "Controllers")]
+    pub target_label_selector: Option<String>,
 }
 
 /// What to read and how to print it; shared by `list` and `watch`.
@@ -603,7 +614,7 @@ impl ReconcileArgs {
     }
 
     fn mistake(&self) -> Option<String> {
-        let hooked = self.hook_target().is_some() || !self.filenames.is_empty();
+        let hooked = self.hook_target().is_some() || !self.filenames.is_empty() || self.from_cluster;
         if self.watch && self.once && !serves_samples(&self.gvr) && !hooked {
             return Some(
                 "--once with --watch applies to Samples and hooks only; use --once without --watch to observe once"

@@ -30,6 +30,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         stats: args.stats,
     };
     let source = match args.filenames.is_empty() {
+        _ if args.from_cluster => Source::Cluster { selector: args.target_label_selector.clone() },
         false => Source::Manifests(args.filenames.clone()),
         true => Source::Flags {
             gvr: args.gvr.clone(),

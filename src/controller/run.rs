@@ -12,32 +12,35 @@ use tokio::sync::watch;
 use super::crd::serves_samples;
 use super::define;
 use super::drive::observe;
-use super::drive::poll::Poll;
-use super::drive::watch::Watch;
-use super::engine::{Context, Definition};
+use super::fleet::Fleet;
 use super::leader::Election;
+use super::reconciling::{Driving, Reconciling};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
 use super::serve::metrics_access::MetricsAccess;
 use super::serve::{Secure, serve_health, serve_metrics, tls};
 use super::settings::{Driver, Serve, Settings, Source};
-use super::sync::{Shape, Syncer};
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
 use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
 
 const STATS_EVERY: Duration = Duration::from_secs(60);
-/// How many not-Ready parents `--once` names in its error.
-const NAMED: usize = 5;
 
 pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     let Settings { source, namespace, driver, concurrency, once, election, serve, shutdown_timeout } = settings;
-    let driver_name = match driver {
-        Driver::Watch { .. } => "watch",
-        Driver::Poll { .. } => "poll",
-    };
+    let driving = Driving { driver, concurrency, once };
+    let driver_name = driving.name();
     // Everything is resolved and checked before anything is served or written.
     let definitions = match source {
+        Source::Cluster { selector } => {
+            let fleet = Fleet { selector, namespace, driving };
+            let (metrics, health) = start_serving(conn, &serve).await?;
+            let stop = stop_on_signal();
+            let work = Work::Fleet(fleet);
+            let result = lead_or_run(conn, election, work, (metrics, health), stop, shutdown_timeout).await;
+            tracing::info!("requests sent: {}", conn.requests.snapshot());
+            return result;
+        }
         Source::Manifests(paths) => define::from_manifests(conn, &paths).await?,
         Source::Flags { gvr, hook } => {
             let resolved = resolve_parent(conn, &gvr).await?;
@@ -69,30 +72,49 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     let (metrics, health) = start_serving(conn, &serve).await?;
     health.expect(definitions.len());
     let stop = stop_on_signal();
-    let mut controllers = Vec::new();
-    for definition in definitions {
-        let namespace = namespace.clone().filter(|_| definition.family.parent.namespaced);
-        let scope = namespace.as_deref().map_or("all namespaces".to_owned(), |ns| format!("namespace {ns}"));
-        tracing::info!(
-            driver = driver_name,
-            namespace = namespace.as_deref(),
-            controller = definition.name,
-            "reconciling {} in {scope} ({driver_name} driver)",
-            describe(&definition)
-        );
-        let ctx = Arc::new(Context::new(conn.client.clone(), definition, metrics.clone(), health.clone()));
-        controllers.push((ctx, namespace));
-    }
-    let reconciling = Reconciling { controllers, driver, concurrency, once };
-    let result = match election {
-        Some(election) => lead_then_reconcile(conn, election, reconciling, stop, shutdown_timeout).await,
-        None => {
-            metrics.leader.set(1);
-            drain_within(reconciling.run(stop.clone()), stop, shutdown_timeout).await
-        }
-    };
+    let reconciling = Reconciling::new(conn, definitions, namespace.as_deref(), driving, (&metrics, &health));
+    let work = Work::Fixed(reconciling);
+    let result = lead_or_run(conn, election, work, (metrics, health), stop, shutdown_timeout).await;
     tracing::info!("requests sent: {}", conn.requests.snapshot());
     result
+}
+
+/// What a process reconciles: controllers fixed at start, or the cluster's controller objects.
+enum Work {
+    Fixed(Reconciling),
+    Fleet(Fleet),
+}
+
+impl Work {
+    async fn run(
+        self,
+        conn: &Connection,
+        serving: (&Arc<Metrics>, &Arc<Health>),
+        stop: watch::Receiver<bool>,
+    ) -> Result<()> {
+        match self {
+            Work::Fixed(reconciling) => reconciling.run(stop).await,
+            Work::Fleet(fleet) => fleet.run(conn, serving, stop).await,
+        }
+    }
+}
+
+/// Runs `work`, under the leader election when one is asked for.
+async fn lead_or_run(
+    conn: &Connection,
+    election: Option<Election>,
+    work: Work,
+    (metrics, health): (Arc<Metrics>, Arc<Health>),
+    stop: watch::Receiver<bool>,
+    shutdown_timeout: Duration,
+) -> Result<()> {
+    match election {
+        Some(election) => lead_then_reconcile(conn, election, work, (&metrics, &health), stop, shutdown_timeout).await,
+        None => {
+            metrics.leader.set(1);
+            drain_within(work.run(conn, (&metrics, &health), stop.clone()), stop, shutdown_timeout).await
+        }
+    }
 }
 
 /// The parent type, through discovery; the Sample CRD missing is said as such.
@@ -154,90 +176,6 @@ fn stop_on_signal() -> watch::Receiver<bool> {
     stop
 }
 
-/// "Samples", "deployments.apps with hook ./sync (children: configmaps)", or "decorating
-/// clusterroles.rbac.authorization.k8s.io with hook http://... (attachments: configmaps)".
-fn describe(definition: &Definition) -> String {
-    match &definition.sync {
-        Syncer::Sample => "Samples".to_owned(),
-        Syncer::Hook(hooks) => {
-            let children: Vec<String> = definition.family.children.iter().map(Resolved::qualified_plural).collect();
-            let (verb, kind) = match hooks.shape {
-                Shape::Composite => ("", "children"),
-                Shape::Decorator => ("decorating ", "attachments"),
-            };
-            format!(
-                "{verb}{} with hook {} ({kind}: {})",
-                definition.family.parent.qualified_plural(),
-                hooks.sync.target,
-                if children.is_empty() { "none".to_owned() } else { children.join(", ") }
-            )
-        }
-    }
-}
-
-/// The controllers, each with the namespace it reconciles, and how they are driven.
-struct Reconciling {
-    controllers: Vec<(Arc<Context>, Option<String>)>,
-    driver: Driver,
-    concurrency: u16,
-    once: bool,
-}
-
-impl Reconciling {
-    /// Runs every controller's driver until `stop`, or with `once` until each parent was reconciled
-    /// once; then sends the Events still queued. With `once`, a parent not Ready fails the run.
-    async fn run(self, stop: watch::Receiver<bool>) -> Result<()> {
-        let Reconciling { controllers, driver, concurrency, once } = self;
-        let runs = controllers.into_iter().map(|(ctx, namespace)| {
-            let stop = stop.clone();
-            async move {
-                let not_ready = match driver {
-                    Driver::Watch { resync } => {
-                        let resync = ctx.resync.unwrap_or(resync);
-                        let watch = Watch { ctx: ctx.clone(), namespace, concurrency, resync };
-                        watch.run(once, stop).await.map_err(anyhow::Error::from)
-                    }
-                    Driver::Poll { interval, resync } => {
-                        let (concurrency, resync) = (usize::from(concurrency), ctx.resync.unwrap_or(resync));
-                        let poll = Poll { ctx: ctx.clone(), namespace, interval, concurrency, resync };
-                        poll.run(once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
-                    }
-                };
-                ctx.flush_events().await;
-                not_ready.map(|parents| match parents {
-                    Some(parents) if !parents.is_empty() => {
-                        Some(not_ready_message(&ctx.family.parent.ar.kind, &parents))
-                    }
-                    _ => None,
-                })
-            }
-        });
-        let mut problems = Vec::new();
-        for result in futures::future::join_all(runs).await {
-            problems.extend(result?);
-        }
-        match problems.is_empty() {
-            true => Ok(()),
-            false => bail!("{}", problems.join("\n")),
-        }
-    }
-}
-
-/// `--once` found parents that are not Ready: says how many, and names a few with their reasons.
-fn not_ready_message(kind: &str, parents: &[String]) -> String {
-    let mut sorted = parents.to_vec();
-    sorted.sort();
-    let (count, verb) = match sorted.len() {
-        1 => (format!("1 {kind}"), "is"),
-        n => (format!("{n} {kind}s"), "are"),
-    };
-    let mut named = sorted.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
-    if sorted.len() > NAMED {
-        named.push_str(&format!(" and {} more", sorted.len() - NAMED));
-    }
-    format!("{count} {verb} not Ready: {named}")
-}
-
 /// Runs `work` to its end; once `stop` turns true (SIGTERM), gives it `grace` to finish what is in flight
 /// and then drops it, which aborts every reconcile still running, so that stopping can never hang.
 async fn drain_within(
@@ -266,15 +204,15 @@ async fn drain_within(
 async fn lead_then_reconcile(
     conn: &Connection,
     election: Election,
-    reconciling: Reconciling,
+    work: Work,
+    (metrics, health): (&Arc<Metrics>, &Arc<Health>),
     mut stop: watch::Receiver<bool>,
     shutdown_timeout: Duration,
 ) -> Result<()> {
     let (name, lease_namespace, identity) =
         (election.name.clone(), election.namespace.clone(), election.identity.clone());
-    let ctx = reconciling.controllers.first().map(|(ctx, _)| ctx.clone()).ok_or_else(|| anyhow!("no controller"))?;
-    let mut candidate = election.start(conn.client.clone(), ctx.health.clone())?;
-    ctx.health.standby.store(true, Ordering::Relaxed);
+    let mut candidate = election.start(conn.client.clone(), health.clone())?;
+    health.standby.store(true, Ordering::Relaxed);
     tracing::info!("waiting for the lease {lease_namespace}/{name} as {identity}");
     while !*candidate.leading.borrow_and_update() {
         tokio::select! {
@@ -285,12 +223,12 @@ async fn lead_then_reconcile(
             }
         }
     }
-    ctx.health.standby.store(false, Ordering::Relaxed);
-    ctx.metrics.leader.set(1);
+    health.standby.store(false, Ordering::Relaxed);
+    metrics.leader.set(1);
     tracing::info!("leading as {identity}");
 
     let mut leading = candidate.leading.clone();
-    let work = drain_within(reconciling.run(stop.clone()), stop, shutdown_timeout);
+    let work = drain_within(work.run(conn, (metrics, health), stop.clone()), stop, shutdown_timeout);
     let result = tokio::select! {
         result = work => result,
         _ = leading.wait_for(|l| !*l) => {
@@ -298,7 +236,7 @@ async fn lead_then_reconcile(
             Err(anyhow!("lost the leader lease; stopped reconciling"))
         }
     };
-    ctx.metrics.leader.set(0);
+    metrics.leader.set(0);
     candidate.release().await;
     result
 }

@@ -41,6 +41,9 @@ pub enum Source {
     /// `-f`: every CompositeController and DecoratorController in these manifests (a file, a directory,
     /// or `-`).
     Manifests(Vec<PathBuf>),
+    /// `--from-cluster`: every controller object stored in the cluster (with these labels), followed as
+    /// they change.
+    Cluster { selector: Option<String> },
 }
 
 /// When parents are reconciled.

@@ -414,6 +414,78 @@ fn decorator_controllers_decorate_custom_and_built_in_objects() {
     assert!(configmap(&ns.0, "left-decor").is_some());
 }
 
+/// `--from-cluster` runs the controller objects stored in the cluster that carry the target labels:
+/// each starts when it appears, restarts when its spec changes, and stops when it is deleted; one that
+/// cannot run is said in a warning while the others run; `--once` runs them once.
+#[test]
+fn controllers_stored_in_the_cluster_are_followed() {
+    let _cluster = crate::support::shared();
+    crds();
+    samplectl(&["install-crd", "--metacontroller"]).success();
+    let ns = Namespace::new("cc-cluster");
+    let hook = HookServer::start();
+    let label = format!("samplectl-test={}", ns.0);
+    let stored = |name: &str, plural: &str, version: &str, extra: Value| {
+        let mut cc = controller(name, plural, &hook.url, version, extra);
+        cc["metadata"]["labels"] = json!({"samplectl-test": ns.0});
+        cc
+    };
+    let (followed, broken) = (format!("{}-keepers", ns.0), format!("{}-broken", ns.0));
+    apply("default", &stored(&followed, "keepers", "v1", json!({})));
+    let unserved = json!({"spec": {"parentResource": {"resource": "nothings"}}});
+    apply("default", &stored(&broken, "tallies", "v1", unserved));
+    // Another controller object, without the labels: not this instance's.
+    let other = format!("{}-other", ns.0);
+    apply("default", &controller(&other, "tallies", &hook.url, "v1", json!({})));
+    apply(&ns.0, &parent("Keeper", "k", json!({})));
+    apply(&ns.0, &parent("Tally", "t", json!({})));
+
+    let run =
+        Background::start(&["reconcile", "--from-cluster", "--target-label-selector", &label, "-n", &ns.0, "--watch"]);
+    let keys_are = |name: &str, keys: String| {
+        eventually(SOON, &format!("{name}'s ConfigMap keyed {keys}"), || {
+            let data = configmap(&ns.0, name).map(|c| c["data"].clone()).unwrap_or_default();
+            if data["keys"] == keys.as_str() { Ok(data) } else { Err(format!("{data}")) }
+        })
+    };
+    let data = keys_are("k", "k".into());
+    assert_eq!(data["controller"], followed.as_str());
+    eventually(SOON, "the broken controller object said", || {
+        let said = run.stderr();
+        if said.contains(&format!("cannot run CompositeController \"{broken}\""))
+            && said.contains("spec.parentResource")
+        {
+            Ok(())
+        } else {
+            Err(said)
+        }
+    });
+    // A changed spec restarts it: v2 keys children by namespace/name.
+    apply("default", &stored(&followed, "keepers", "v2", json!({})));
+    keys_are("k", format!("{}/k", ns.0));
+    assert!(configmap(&ns.0, "t").is_none(), "neither the broken nor the unlabelled controller ran");
+
+    kubectl(&["delete", "compositecontroller", &followed]).success();
+    eventually(SOON, "the deleted controller stopped", || {
+        let said = run.stderr();
+        if said.contains(&format!("stopped CompositeController \"{followed}\"")) { Ok(()) } else { Err(said) }
+    });
+    apply(&ns.0, &parent("Keeper", "late", json!({})));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(configmap(&ns.0, "late").is_none(), "a deleted controller object runs no more");
+    drop(run);
+
+    // --once: each stored controller once; the broken one fails the run after the others ran.
+    apply("default", &stored(&followed, "keepers", "v1", json!({})));
+    let once = samplectl(&["reconcile", "--from-cluster", "--target-label-selector", &label, "-n", &ns.0, "--once"]);
+    assert_eq!(once.code, 1, "{once:#?}");
+    assert!(once.stderr.contains(&format!("cannot run CompositeController \"{broken}\"")), "{once:#?}");
+    assert!(configmap(&ns.0, "late").is_some(), "the others ran");
+    for name in [&followed, &broken, &other] {
+        kubectl(&["delete", "compositecontroller", name, "--ignore-not-found"]).success();
+    }
+}
+
 /// A parent whose finalize hook says it is done goes, even when the children that answer asks for cannot
 /// be written (here a ConfigMap key the API server refuses; in life, a namespace being deleted refuses
 /// every create).
@@ -633,6 +705,11 @@ fn bad_manifests_are_refused_with_their_place() {
     let usage = samplectl(&["reconcile", "-f", &file, "--hook-url", url]);
     assert_eq!(usage.code, 2, "{usage:#?}");
     assert!(usage.stderr.contains("cannot be used with"), "{usage:#?}");
+    let usage = samplectl(&["reconcile", "--target-label-selector", "a=b"]);
+    assert_eq!(usage.code, 2, "{usage:#?}");
+    assert!(usage.stderr.contains("--from-cluster"), "{usage:#?}");
+    let usage = samplectl(&["reconcile", "--from-cluster", "-f", &file]);
+    assert_eq!(usage.code, 2, "{usage:#?}");
 }
 
 /// `install-crd --metacontroller` installs metacontroller's three CRDs (created, then unchanged), and

@@ -100,6 +100,13 @@ pub fn parse(source: &str, text: &str) -> Result<Vec<Object>, BadManifest> {
     Ok(objects)
 }
 
+/// A controller object as the API server stores it, read as strictly as a manifest.
+pub fn from_value(value: Value) -> Result<Object, BadManifest> {
+    let mut objects = Vec::new();
+    collect("the cluster", value, &mut objects)?;
+    objects.pop().ok_or_else(|| BadManifest("not a controller object".into()))
+}
+
 fn collect(source: &str, value: Value, objects: &mut Vec<Object>) -> Result<(), BadManifest> {
     let kind = value["kind"].as_str().unwrap_or_default().to_owned();
     let api_version = value["apiVersion"].as_str().unwrap_or_default().to_owned();

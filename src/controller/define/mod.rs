@@ -22,6 +22,17 @@ use crate::cluster::client::Connection;
 pub use flags::{built_in, hooked};
 use load::Object;
 
+/// The definitions one controller object makes: one for a CompositeController, one per resource for a
+/// DecoratorController.
+pub async fn from_object(conn: &Connection, object: &Object) -> Result<Vec<Definition>> {
+    let what = format!("{} {:?}", object.kind(), object.name());
+    let definitions = match object {
+        Object::Composite(cc) => composite::define(conn, cc).await.map(|d| vec![d]),
+        Object::Decorator(dc) => decorator::define(conn, dc).await,
+    };
+    definitions.map_err(|err| err.context(format!("cannot run {what}")))
+}
+
 /// Every controller the manifests at `paths` hold, resolved and checked: none of them runs unless all of
 /// them can.
 pub async fn from_manifests(conn: &Connection, paths: &[PathBuf]) -> Result<Vec<Definition>> {
@@ -38,23 +49,16 @@ pub async fn from_manifests(conn: &Connection, paths: &[PathBuf]) -> Result<Vec<
         if !names.insert((object.kind(), object.name())) {
             bail!("{what} is given twice");
         }
-        match object {
-            Object::Composite(cc) => {
-                let definition =
-                    composite::define(conn, cc).await.map_err(|err| err.context(format!("cannot run {what}")))?;
-                // Two composites of one parent type would fight over its children and status; decorators
-                // of one type may sit side by side, each with its own attachments and keys.
-                let parent = definition.family.parent.qualified_plural();
-                if let Some(other) = parents.insert(parent.clone(), what.clone()) {
-                    bail!(
-                        "{other} and {what} both reconcile {parent}; each parent type may have one CompositeController"
-                    );
-                }
-                definitions.push(definition);
+        let defined = from_object(conn, object).await?;
+        if let Object::Composite(_) = object {
+            // Two composites of one parent type would fight over its children and status; decorators of
+            // one type may sit side by side, each with its own attachments and keys.
+            let parent = defined[0].family.parent.qualified_plural();
+            if let Some(other) = parents.insert(parent.clone(), what.clone()) {
+                bail!("{other} and {what} both reconcile {parent}; each parent type may have one CompositeController");
             }
-            Object::Decorator(dc) => definitions
-                .extend(decorator::define(conn, dc).await.map_err(|err| err.context(format!("cannot run {what}")))?),
         }
+        definitions.extend(defined);
     }
     Ok(definitions)
 }

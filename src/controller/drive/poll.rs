@@ -259,7 +259,9 @@ impl Poll {
                 tokio::select! {
                     () = &mut next => break,
                     Some(done) = state.tasks.join_next() => self.finished(&mut state, done?, false),
-                    _ = stop.wait_for(|stopped| *stopped) => {
+                    // The guard wait_for returns must not live across the awaits below (the driver runs
+                    // on a spawned task for --from-cluster).
+                    () = async { drop(stop.wait_for(|stopped| *stopped).await) } => {
                         // Reconciles already running finish (each is bounded by its own timeout).
                         while let Some(done) = state.tasks.join_next().await {
                             self.finished(&mut state, done?, false);

@@ -108,6 +108,11 @@ impl Health {
         self.unsynced.store(controllers, Ordering::Relaxed);
     }
 
+    /// `controllers` more were started (`--from-cluster`, as controller objects appear).
+    pub fn expect_more(&self, controllers: usize) {
+        self.unsynced.fetch_add(controllers, Ordering::Relaxed);
+    }
+
     /// One more controller has seen all its parents; each calls this once.
     pub fn synced(&self) {
         let _ = self.unsynced.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));

@@ -1,0 +1,282 @@
+//! `--from-cluster`: the controllers are the CompositeController and DecoratorController objects stored
+//! in the cluster (those with the `--target-label-selector` labels), followed as metacontroller's own
+//! Deployment follows them. Each object is started when it appears, restarted when its spec changes
+//! (its generation moves) and stopped when it goes; one that cannot run (a resource the server does not
+//! serve, a field samplectl refuses, a parent type another CompositeController already reconciles) is
+//! said in a warning and tried again every [`RETRY`] or when it changes, while the others run.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, anyhow, bail};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, ListParams, TypeMeta};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::define::api::{API_VERSION, COMPOSITE, DECORATOR};
+use super::define::from_object;
+use super::define::load::{Object, from_value};
+use super::engine::{Context, Definition};
+use super::reconciling::{Driving, Reconciling};
+use super::serve::health::Health;
+use super::serve::metrics::Metrics;
+use crate::cluster::client::Connection;
+use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
+
+/// How often a controller object that could not be run is tried again.
+pub const RETRY: Duration = Duration::from_secs(30);
+
+pub struct Fleet {
+    /// Only the controller objects with these labels.
+    pub selector: Option<String>,
+    pub namespace: Option<String>,
+    pub driving: Driving,
+}
+
+/// A controller object, as kind and name.
+type Key = (&'static str, String);
+
+/// One controller object being run.
+struct Running {
+    /// Its uid and generation: a new one restarts it.
+    version: (String, i64),
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<()>>,
+    contexts: Vec<Arc<Context>>,
+}
+
+/// What the fleet holds while it runs.
+struct State<'a> {
+    conn: &'a Connection,
+    fleet: &'a Fleet,
+    metrics: &'a Arc<Metrics>,
+    health: &'a Arc<Health>,
+    running: HashMap<Key, Running>,
+    /// Objects that could not be run, with their version, to try again.
+    failed: HashMap<Key, ((String, i64), DynamicObject)>,
+}
+
+fn version(object: &DynamicObject) -> (String, i64) {
+    (object.metadata.uid.clone().unwrap_or_default(), object.metadata.generation.unwrap_or_default())
+}
+
+impl State<'_> {
+    /// Runs `object` as it is now, unless it already runs at this version.
+    async fn upsert(&mut self, kind: &'static str, mut object: DynamicObject) {
+        let key = (kind, object.metadata.name.clone().unwrap_or_default());
+        let now = version(&object);
+        if self.running.get(&key).is_some_and(|r| r.version == now) {
+            return;
+        }
+        self.stop(&key).await;
+        // A list's items come without their type.
+        object.types = Some(TypeMeta { api_version: API_VERSION.into(), kind: kind.into() });
+        match self.define(kind, &object).await {
+            Ok(definitions) => {
+                self.failed.remove(&key);
+                let (stop, stopped) = watch::channel(false);
+                let reconciling = Reconciling::new(
+                    self.conn,
+                    definitions,
+                    self.fleet.namespace.as_deref(),
+                    self.fleet.driving,
+                    (self.metrics, self.health),
+                );
+                let contexts: Vec<Arc<Context>> = reconciling.controllers.iter().map(|(c, _)| c.clone()).collect();
+                self.health.expect_more(contexts.len());
+                let task = tokio::spawn(reconciling.run(stopped));
+                self.running.insert(key, Running { version: now, stop, task, contexts });
+            }
+            Err(err) => {
+                tracing::warn!(controller = key.1, "{err:#}; trying again in {}s or when it changes", RETRY.as_secs());
+                self.failed.insert(key, (now, object));
+            }
+        }
+    }
+
+    async fn define(&self, kind: &'static str, object: &DynamicObject) -> Result<Vec<Definition>> {
+        let value = serde_json::to_value(object)?;
+        let parsed = from_value(value).map_err(|err| anyhow!("{err}"))?;
+        let definitions = from_object(self.conn, &parsed).await?;
+        if let Object::Composite(_) = parsed {
+            let parent = &definitions[0].family.parent;
+            let taken = self
+                .running
+                .iter()
+                .find(|((k, _), r)| *k == COMPOSITE && r.contexts.iter().any(|c| same_type(&c.family.parent, parent)));
+            if let Some(((_, other), _)) = taken {
+                bail!(
+                    "cannot run {kind} {:?}: CompositeController {other:?} already reconciles {}; each parent type \
+                     may have one CompositeController",
+                    object.metadata.name.as_deref().unwrap_or_default(),
+                    parent.qualified_plural()
+                );
+            }
+        }
+        Ok(definitions)
+    }
+
+    /// Stops the controller object `key` runs, if it runs, and waits for its work in flight.
+    async fn stop(&mut self, key: &Key) {
+        self.failed.remove(key);
+        let Some(running) = self.running.remove(key) else { return };
+        let _ = running.stop.send(true);
+        match running.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(controller = key.1, "{err:#}"),
+            Err(err) => tracing::warn!(controller = key.1, "stopped abruptly: {err}"),
+        }
+        // One stopped before it saw all its parents no longer holds /readyz back.
+        for ctx in running.contexts {
+            ctx.listed();
+        }
+        tracing::info!(controller = key.1, "stopped {} {:?}", key.0, key.1);
+    }
+}
+
+fn same_type(a: &Resolved, b: &Resolved) -> bool {
+    a.ar.api_version == b.ar.api_version && a.ar.kind == b.ar.kind
+}
+
+impl Fleet {
+    /// The API of each kind of controller object, through discovery; their CRDs missing is said as such.
+    async fn apis(&self, conn: &Connection) -> Result<[(&'static str, Api<DynamicObject>); 2]> {
+        let mut apis = Vec::new();
+        for (kind, plural) in [(COMPOSITE, "compositecontrollers"), (DECORATOR, "decoratorcontrollers")] {
+            let gvr = Gvr::parse(&format!("{API_VERSION}/{plural}")).map_err(|e| anyhow!(e))?;
+            let resolved = resolve_gvr(&conn.client, &gvr).await.map_err(|_| {
+                anyhow!(
+                    "metacontroller's CRDs ({plural}.metacontroller.k8s.io) are not installed in this cluster; install \
+                     them with `samplectl install-crd --metacontroller`"
+                )
+            })?;
+            apis.push((kind, Api::all_with(conn.client.clone(), &resolved.ar)));
+        }
+        let [cc, dc]: [_; 2] = apis.try_into().map_err(|_| anyhow!("two kinds"))?;
+        Ok([cc, dc])
+    }
+
+    /// Runs the cluster's controller objects until `stop`; with `--once`, each parent of each once.
+    pub async fn run(
+        self,
+        conn: &Connection,
+        (metrics, health): (&Arc<Metrics>, &Arc<Health>),
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<()> {
+        let apis = self.apis(conn).await?;
+        if self.driving.once {
+            return self.once(conn, &apis, (metrics, health), stop).await;
+        }
+        let config = match &self.selector {
+            Some(selector) => watcher::Config::default().labels(selector),
+            None => watcher::Config::default(),
+        };
+        let streams = apis
+            .map(|(kind, api)| watcher(api, config.clone()).default_backoff().map(move |event| (kind, event)).boxed());
+        let mut events = futures::stream::select_all(streams);
+        let mut state = State { conn, fleet: &self, metrics, health, running: HashMap::new(), failed: HashMap::new() };
+        let mut listing: HashMap<&'static str, HashSet<String>> = HashMap::new();
+        let mut listed: HashSet<&'static str> = HashSet::new();
+        let mut retry = tokio::time::interval(RETRY);
+        retry.tick().await;
+        let mut cut = false;
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                _ = retry.tick() => {
+                    let failed: Vec<(Key, DynamicObject)> =
+                        state.failed.iter().map(|(k, (_, o))| (k.clone(), o.clone())).collect();
+                    for ((kind, _), object) in failed {
+                        state.upsert(kind, object).await;
+                    }
+                }
+                Some((kind, event)) = events.next() => match event {
+                    Ok(watcher::Event::Init) => {
+                        listing.insert(kind, HashSet::new());
+                    }
+                    Ok(watcher::Event::InitApply(object)) => {
+                        listing.entry(kind).or_default().insert(object.metadata.name.clone().unwrap_or_default());
+                        state.upsert(kind, object).await;
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if std::mem::take(&mut cut) {
+                            tracing::info!("the watch of the controller objects is back");
+                        }
+                        let seen = listing.remove(kind).unwrap_or_default();
+                        let gone: Vec<Key> = state
+                            .running
+                            .keys()
+                            .chain(state.failed.keys())
+                            .filter(|(k, name)| *k == kind && !seen.contains(name))
+                            .cloned()
+                            .collect();
+                        for key in gone {
+                            state.stop(&key).await;
+                        }
+                        // /readyz: both kinds listed, and (counted as each starts) every controller synced.
+                        if listed.insert(kind) && listed.len() == 2 {
+                            health.synced();
+                        }
+                    }
+                    Ok(watcher::Event::Apply(object)) => state.upsert(kind, object).await,
+                    Ok(watcher::Event::Delete(object)) => {
+                        state.stop(&(kind, object.metadata.name.clone().unwrap_or_default())).await;
+                    }
+                    Err(err) => {
+                        if !std::mem::replace(&mut cut, true) {
+                            tracing::warn!("the watch of the controller objects was cut ({err}); reconnecting");
+                        }
+                    }
+                },
+            }
+        }
+        let keys: Vec<Key> = state.running.keys().cloned().collect();
+        for key in keys {
+            state.stop(&key).await;
+        }
+        Ok(())
+    }
+
+    /// `--once`: every controller object listed now, each parent of each reconciled once. One that cannot
+    /// run fails the run, after the others ran.
+    async fn once(
+        &self,
+        conn: &Connection,
+        apis: &[(&'static str, Api<DynamicObject>); 2],
+        (metrics, health): (&Arc<Metrics>, &Arc<Health>),
+        stop: watch::Receiver<bool>,
+    ) -> Result<()> {
+        let mut params = ListParams::default();
+        if let Some(selector) = &self.selector {
+            params = params.labels(selector);
+        }
+        let mut definitions = Vec::new();
+        let mut problems = Vec::new();
+        for (kind, api) in apis {
+            for mut object in api.list(&params).await?.items {
+                object.types = Some(TypeMeta { api_version: API_VERSION.into(), kind: (*kind).into() });
+                let parsed = from_value(serde_json::to_value(&object)?).map_err(|err| anyhow!("{err}"));
+                match parsed {
+                    Ok(parsed) => match from_object(conn, &parsed).await {
+                        Ok(defined) => definitions.extend(defined),
+                        Err(err) => problems.push(format!("{err:#}")),
+                    },
+                    Err(err) => problems.push(format!("{err:#}")),
+                }
+            }
+        }
+        health.expect(definitions.len());
+        let reconciling =
+            Reconciling::new(conn, definitions, self.namespace.as_deref(), self.driving, (metrics, health));
+        if let Err(err) = reconciling.run(stop).await {
+            problems.push(format!("{err:#}"));
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => bail!("{}", problems.join("\n")),
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! A set of controllers run together: each definition made a [`Context`] (announced in the log), and
+//! every one of them driven by the chosen driver until told to stop, or with `--once` until each parent
+//! was reconciled once. Used for the controllers given on the command line or in manifests, and for
+//! each controller object `--from-cluster` follows.
+
+use std::sync::Arc;
+
+use anyhow::{Result, bail};
+use tokio::sync::watch;
+
+use super::drive::poll::Poll;
+use super::drive::watch::Watch;
+use super::engine::{Context, Definition};
+use super::serve::health::Health;
+use super::serve::metrics::Metrics;
+use super::settings::Driver;
+use super::sync::{Shape, Syncer};
+use crate::cluster::client::Connection;
+use crate::cluster::resolve::Resolved;
+
+/// How many not-Ready parents `--once` names in its error.
+const NAMED: usize = 5;
+
+/// How controllers are driven: the same for every controller of a process.
+#[derive(Debug, Clone, Copy)]
+pub struct Driving {
+    pub driver: Driver,
+    pub concurrency: u16,
+    pub once: bool,
+}
+
+impl Driving {
+    pub fn name(&self) -> &'static str {
+        match self.driver {
+            Driver::Watch { .. } => "watch",
+            Driver::Poll { .. } => "poll",
+        }
+    }
+}
+
+/// The controllers, each with the namespace it reconciles, and how they are driven.
+pub struct Reconciling {
+    pub controllers: Vec<(Arc<Context>, Option<String>)>,
+    driving: Driving,
+}
+
+impl Reconciling {
+    /// Each definition made a controller reconciling `namespace` (all of them for a cluster-scoped
+    /// parent, or when `None`), announced in the log.
+    pub fn new(
+        conn: &Connection,
+        definitions: Vec<Definition>,
+        namespace: Option<&str>,
+        driving: Driving,
+        (metrics, health): (&Arc<Metrics>, &Arc<Health>),
+    ) -> Self {
+        let driver_name = driving.name();
+        let mut controllers = Vec::new();
+        for definition in definitions {
+            let namespace = namespace.map(str::to_owned).filter(|_| definition.family.parent.namespaced);
+            let scope = namespace.as_deref().map_or("all namespaces".to_owned(), |ns| format!("namespace {ns}"));
+            tracing::info!(
+                driver = driver_name,
+                namespace = namespace.as_deref(),
+                controller = definition.name,
+                "reconciling {} in {scope} ({driver_name} driver)",
+                describe(&definition)
+            );
+            let ctx = Arc::new(Context::new(conn.client.clone(), definition, metrics.clone(), health.clone()));
+            controllers.push((ctx, namespace));
+        }
+        Reconciling { controllers, driving }
+    }
+
+    /// Runs every controller's driver until `stop`, or with `once` until each parent was reconciled
+    /// once; then sends the Events still queued. With `once`, a parent not Ready fails the run.
+    pub async fn run(self, stop: watch::Receiver<bool>) -> Result<()> {
+        let Reconciling { controllers, driving: Driving { driver, concurrency, once } } = self;
+        let runs = controllers.into_iter().map(|(ctx, namespace)| {
+            let stop = stop.clone();
+            async move {
+                let not_ready = match driver {
+                    Driver::Watch { resync } => {
+                        let resync = ctx.resync.unwrap_or(resync);
+                        let watch = Watch { ctx: ctx.clone(), namespace, concurrency, resync };
+                        watch.run(once, stop).await.map_err(anyhow::Error::from)
+                    }
+                    Driver::Poll { interval, resync } => {
+                        let (concurrency, resync) = (usize::from(concurrency), ctx.resync.unwrap_or(resync));
+                        let poll = Poll { ctx: ctx.clone(), namespace, interval, concurrency, resync };
+                        poll.run(once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
+                    }
+                };
+                ctx.flush_events().await;
+                not_ready.map(|parents| match parents {
+                    Some(parents) if !parents.is_empty() => {
+                        Some(not_ready_message(&ctx.family.parent.ar.kind, &parents))
+                    }
+                    _ => None,
+                })
+            }
+        });
+        let mut problems = Vec::new();
+        for result in futures::future::join_all(runs).await {
+            problems.extend(result?);
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => bail!("{}", problems.join("\n")),
+        }
+    }
+}
+
+/// "Samples", "deployments.apps with hook ./sync (children: configmaps)", or "decorating
+/// clusterroles.rbac.authorization.k8s.io with hook http://... (attachments: configmaps)".
+fn describe(definition: &Definition) -> String {
+    match &definition.sync {
+        Syncer::Sample => "Samples".to_owned(),
+        Syncer::Hook(hooks) => {
+            let children: Vec<String> = definition.family.children.iter().map(Resolved::qualified_plural).collect();
+            let (verb, kind) = match hooks.shape {
+                Shape::Composite => ("", "children"),
+                Shape::Decorator => ("decorating ", "attachments"),
+            };
+            format!(
+                "{verb}{} with hook {} ({kind}: {})",
+                definition.family.parent.qualified_plural(),
+                hooks.sync.target,
+                if children.is_empty() { "none".to_owned() } else { children.join(", ") }
+            )
+        }
+    }
+}
+
+/// `--once` found parents that are not Ready: says how many, and names a few with their reasons.
+fn not_ready_message(kind: &str, parents: &[String]) -> String {
+    let mut sorted = parents.to_vec();
+    sorted.sort();
+    let (count, verb) = match sorted.len() {
+        1 => (format!("1 {kind}"), "is"),
+        n => (format!("{n} {kind}s"), "are"),
+    };
+    let mut named = sorted.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+    if sorted.len() > NAMED {
+        named.push_str(&format!(" and {} more", sorted.len() - NAMED));
+    }
+    format!("{count} {verb} not Ready: {named}")
+}
