@@ -34,11 +34,13 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         false => Source::Manifests(args.filenames.clone()),
         true => Source::Flags {
             gvr: args.gvr.clone(),
-            hook: args.hook_target().map(|target| HookSettings {
-                target: target.clone(),
-                timeout: args.hook_timeout,
-                children: args.children.clone(),
-                finalize: args.finalize,
+            hook: args.hook_target().map(|target| {
+                Box::new(HookSettings {
+                    target: target.clone(),
+                    timeout: args.hook_timeout,
+                    children: args.children.clone(),
+                    finalize: args.finalize,
+                })
             }),
         },
     };

@@ -36,7 +36,7 @@ pub enum Source {
     Flags {
         gvr: Gvr,
         /// A hook to sync with, in place of observing (or of the built-in sync, for Samples).
-        hook: Option<HookSettings>,
+        hook: Option<Box<HookSettings>>,
     },
     /// `-f`: every CompositeController and DecoratorController in these manifests (a file, a directory,
     /// or `-`).

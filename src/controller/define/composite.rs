@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::api::{CompositeController, Method};
 use super::flags::check;
-use super::hooks::callable;
+use super::hooks::{callable, outside};
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
 use crate::controller::engine::Definition;
@@ -66,9 +66,10 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
     }
     let sync =
         hooks.sync.as_ref().ok_or_else(|| anyhow!("spec.hooks.sync: a CompositeController needs a sync hook"))?;
-    let sync = callable("sync", sync)?;
-    let finalize = hooks.finalize.as_ref().map(|hook| callable("finalize", hook)).transpose()?;
-    let customize = hooks.customize.as_ref().map(|hook| callable("customize", hook)).transpose()?;
+    let proxy = outside().then_some(&conn.client);
+    let sync = callable("sync", sync, proxy)?;
+    let finalize = hooks.finalize.as_ref().map(|hook| callable("finalize", hook, proxy)).transpose()?;
+    let customize = hooks.customize.as_ref().map(|hook| callable("customize", hook, proxy)).transpose()?;
     let selector = spec.parent_resource.label_selector.clone();
     if let Some(selector) = &selector {
         selector.check().map_err(|why| anyhow!("spec.parentResource.labelSelector: {why}"))?;

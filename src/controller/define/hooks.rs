@@ -13,13 +13,21 @@ use crate::controller::sync::hook::{Hook, Target};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `hooks.<which>` made a [`Hook`].
-pub fn callable(which: &str, hook: &api::Hook) -> Result<Hook> {
+/// `hooks.<which>` made a [`Hook`]. `proxy`: the client to reach a `service` hook through the API
+/// server's service proxy with, when samplectl runs outside the cluster (see [`outside`]).
+pub fn callable(which: &str, hook: &api::Hook, proxy: Option<&kube::Client>) -> Result<Hook> {
     let Some(webhook) = &hook.webhook else {
         bail!("hooks.{which} has no webhook: samplectl calls hooks over HTTP, as metacontroller does");
     };
     let url = address(webhook).map_err(|why| anyhow!("hooks.{which}.webhook: {why}"))?;
-    let target = Target::url(&url).map_err(|why| anyhow!("hooks.{which}.webhook: {why}"))?;
+    let target = match (&webhook.url, &webhook.service, &webhook.path, proxy) {
+        (None, Some(service), Some(path), Some(client)) => Target::ServiceProxy {
+            client: client.clone(),
+            path: proxy_path(service, path),
+            shown: format!("{url} (through the API server's service proxy)"),
+        },
+        _ => Target::url(&url).map_err(|why| anyhow!("hooks.{which}.webhook: {why}"))?,
+    };
     let timeout = match webhook.timeout.as_deref() {
         None => DEFAULT_TIMEOUT,
         Some(text) => match crate::duration::parse(text) {
@@ -48,6 +56,23 @@ pub fn callable(which: &str, hook: &api::Hook) -> Result<Hook> {
         None => version == Version::V2,
     };
     Hook::versioned(target, timeout, version, strict)
+}
+
+/// Whether samplectl runs outside a cluster's pods, where a Service's DNS name does not resolve: the
+/// kubelet sets `KUBERNETES_SERVICE_HOST` in every container.
+pub fn outside() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_none()
+}
+
+/// The API server's proxy path for a Service's `path`: `https:NAME:PORT` for https, `NAME:PORT` for http.
+fn proxy_path(service: &api::ServiceReference, path: &str) -> String {
+    let port = service.port.unwrap_or(80);
+    let scheme = match service.protocol.as_deref() {
+        Some("https") => "https:",
+        _ => "",
+    };
+    let path = if path.starts_with('/') { path.to_owned() } else { format!("/{path}") };
+    format!("/api/v1/namespaces/{}/services/{scheme}{}:{port}/proxy{path}", service.namespace, service.name)
 }
 
 /// The URL a webhook is called at: its `url` as given, or `<protocol>://<name>.<namespace>:<port><path>`
@@ -97,6 +122,14 @@ mod tests {
     }
 
     #[test]
+    fn out_of_the_cluster_a_service_is_reached_through_the_api_servers_proxy() {
+        let plain = ServiceReference { name: "hooks".into(), namespace: "mc".into(), port: None, protocol: None };
+        assert_eq!(proxy_path(&plain, "/sync"), "/api/v1/namespaces/mc/services/hooks:80/proxy/sync");
+        let tls = ServiceReference { port: Some(8443), protocol: Some("https".into()), ..plain };
+        assert_eq!(proxy_path(&tls, "sync"), "/api/v1/namespaces/mc/services/https:hooks:8443/proxy/sync");
+    }
+
+    #[test]
     fn versions_timeouts_and_strictness() {
         let hook = |version: Option<HookVersion>, timeout: Option<&str>, mode: Option<UnmarshallMode>| api::Hook {
             version,
@@ -107,15 +140,16 @@ mod tests {
                 ..Webhook::default()
             }),
         };
-        let v1 = callable("sync", &hook(None, None, None)).unwrap();
+        let v1 = callable("sync", &hook(None, None, None), None).unwrap();
         assert_eq!((v1.version, v1.strict, v1.timeout), (Version::V1, false, DEFAULT_TIMEOUT));
-        let v2 = callable("sync", &hook(Some(HookVersion::V2), Some("1m30s"), None)).unwrap();
+        let v2 = callable("sync", &hook(Some(HookVersion::V2), Some("1m30s"), None), None).unwrap();
         assert_eq!((v2.version, v2.strict, v2.timeout), (Version::V2, true, Duration::from_secs(90)));
-        let loose = callable("sync", &hook(Some(HookVersion::V2), Some("0s"), Some(UnmarshallMode::Loose))).unwrap();
+        let loose =
+            callable("sync", &hook(Some(HookVersion::V2), Some("0s"), Some(UnmarshallMode::Loose)), None).unwrap();
         assert_eq!((loose.strict, loose.timeout), (false, DEFAULT_TIMEOUT));
-        let err = callable("finalize", &hook(None, Some("soon"), None)).err().unwrap().to_string();
+        let err = callable("finalize", &hook(None, Some("soon"), None), None).err().unwrap().to_string();
         assert!(err.starts_with("hooks.finalize.webhook.timeout: invalid duration"), "{err}");
-        let err = callable("sync", &api::Hook::default()).err().unwrap().to_string();
+        let err = callable("sync", &api::Hook::default(), None).err().unwrap().to_string();
         assert!(err.contains("hooks.sync has no webhook"), "{err}");
     }
 }

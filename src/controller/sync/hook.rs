@@ -18,11 +18,43 @@ use super::Version;
 const MAX_ANSWER: usize = 64 << 20;
 
 /// Where a hook lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum Target {
     /// A program and its arguments, split as a shell would split the words but run without one.
     Command(Vec<String>),
     Url(http::Uri),
+    /// A Service reached through the API server's service proxy
+    /// (`/api/v1/namespaces/NS/services/SCHEME:NAME:PORT/proxy/PATH`), for a controller object's
+    /// `webhook.service` when samplectl runs outside the cluster, where the Service's DNS name means
+    /// nothing; the API server forwards the call with the kubeconfig's credentials.
+    ServiceProxy {
+        client: kube::Client,
+        path: String,
+        shown: String,
+    },
+}
+
+impl PartialEq for Target {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Target::Command(a), Target::Command(b)) => a == b,
+            (Target::Url(a), Target::Url(b)) => a == b,
+            (Target::ServiceProxy { path: a, .. }, Target::ServiceProxy { path: b, .. }) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Target {}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Command(words) => f.debug_tuple("Command").field(words).finish(),
+            Target::Url(uri) => f.debug_tuple("Url").field(uri).finish(),
+            Target::ServiceProxy { path, .. } => f.debug_tuple("ServiceProxy").field(path).finish(),
+        }
+    }
 }
 
 impl Target {
@@ -53,6 +85,7 @@ impl std::fmt::Display for Target {
                 write!(f, "{}", shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" ")))
             }
             Target::Url(uri) => write!(f, "{uri}"),
+            Target::ServiceProxy { shown, .. } => write!(f, "{shown}"),
         }
     }
 }
@@ -77,7 +110,7 @@ impl Hook {
 
     pub fn versioned(target: Target, timeout: Duration, version: Version, strict: bool) -> anyhow::Result<Self> {
         let client = match &target {
-            Target::Command(_) => None,
+            Target::Command(_) | Target::ServiceProxy { .. } => None,
             Target::Url(_) => {
                 let https = hyper_rustls::HttpsConnectorBuilder::new()
                     .with_native_roots()?
@@ -102,6 +135,7 @@ impl Hook {
         let answer = match &self.target {
             Target::Command(words) => self.run(words, object, body).await?,
             Target::Url(uri) => self.post(uri, body).await?,
+            Target::ServiceProxy { client, path, .. } => self.proxy(client, path, body).await?,
         };
         read(&answer, self.strict)
     }
@@ -174,6 +208,30 @@ impl Hook {
             });
         }
         Ok(answer)
+    }
+
+    async fn proxy(&self, client: &kube::Client, path: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
+        let request = http::Request::post(path)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .map_err(|err| err.to_string())?;
+        let exchange = async {
+            match client.request_text(request).await {
+                Ok(text) => Ok(text.into_bytes()),
+                Err(kube::Error::Api(status)) => Err(format!(
+                    "answered HTTP {} through the API server's service proxy: {}",
+                    status.code, status.message
+                )),
+                Err(err) => Err(format!(
+                    "cannot be reached through the API server's service proxy: {}",
+                    crate::error::describe(&err)
+                )),
+            }
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("did not answer within {}", crate::duration::format(self.timeout))),
+        }
     }
 
     async fn post(&self, uri: &http::Uri, body: Vec<u8>) -> Result<Vec<u8>, String> {
