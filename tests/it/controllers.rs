@@ -344,7 +344,8 @@ fn decorator_controllers_decorate_custom_and_built_in_objects() {
             "hooks": {"sync": {"webhook": {"url": hook.url}}, "finalize": {"webhook": {"url": hook.url}}},
         },
     });
-    let file = manifest(dir.path(), "decorator.yaml", &[dc]);
+    let file = manifest(dir.path(), "decorator.yaml", std::slice::from_ref(&dc));
+    let dc_object = dc;
     let mut taken = parent("Tally", "taken", json!({}));
     taken["metadata"]["labels"] = json!({"decorate": "yes", "remove-me": "x"});
     taken["metadata"]["annotations"] = json!({"samplectl-test/status": ""});
@@ -407,11 +408,21 @@ fn decorator_controllers_decorate_custom_and_built_in_objects() {
     assert!(configmap(&ns.0, "taken-decor").is_none());
     drop(controller);
 
-    // The poll driver does the same, once.
+    // The poll driver does the same, once; without a finalize hook nothing is written to the object
+    // before the hook is called, so the hook sees it as listed (a built-in kind's list items carry no
+    // kind: the request must still say it).
+    let mut no_finalize = dc_object.clone();
+    no_finalize["spec"]["hooks"].as_object_mut().unwrap().remove("finalize");
+    let file = manifest(dir.path(), "no-finalize.yaml", &[no_finalize]);
     kubectl(&["label", "tallies.controllers.example.com", "left", "-n", &ns.0, "decorate=yes"]).success();
+    apply("default", &cluster_role);
     samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]).success();
     assert_eq!(tally("left")["metadata"]["labels"]["decorated"], "yes");
     assert!(configmap(&ns.0, "left-decor").is_some());
+    let role_object = kubectl_json(&["get", "clusterrole", &role]);
+    assert_eq!(role_object["metadata"]["labels"]["decorated"], "yes", "{role_object}");
+    assert_eq!(configmap(&ns.0, &format!("{role}-decor")).unwrap()["data"]["kind"], "ClusterRole");
+    kubectl(&["delete", "clusterrole", &role]).success();
 }
 
 /// `--from-cluster` runs the controller objects stored in the cluster that carry the target labels:

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, TypeMeta};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::Value;
@@ -271,6 +271,11 @@ impl Context {
         let stop = |wrote| Ok(Done { outcome: Outcome::Deleting, resync_after: None, wrote });
 
         let mut parent = Cow::Borrowed(parent);
+        // A list's items come without their type (a built-in kind's do); a hook reads it on the object.
+        if parent.types.is_none() {
+            let ar = &self.family.parent.ar;
+            parent.to_mut().types = Some(TypeMeta { api_version: ar.api_version.clone(), kind: ar.kind.clone() });
+        }
         let mut wrote = false;
         let facts = Facts {
             finalize: self.finalizer.enabled,
