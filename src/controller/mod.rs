@@ -12,7 +12,9 @@
 //! - `leader`: leader election on a Lease; `crd`: the embedded CRDs, for `install-crd`.
 //! - `settings`: the command line's settings, split into parts.
 //! - `define`: where controllers come from: the flags, the built-in Sample controller, and metacontroller's
-//!   controller objects read from manifests, each made a `Definition`.
+//!   controller objects read from manifests or the cluster, each made `Definition`s.
+//! - `reconciling`: a set of definitions driven together; `fleet`: `--from-cluster`, the cluster's
+//!   controller objects started, restarted and stopped as they change.
 //! - `run`: the wiring of the above.
 
 pub mod crd;
