@@ -497,6 +497,91 @@ fn controllers_stored_in_the_cluster_are_followed() {
     }
 }
 
+/// examples/myapp, as written (only the hook's port changed): a MyApp gets its Deployment and Service,
+/// reports the Deployment's available replicas in a Ready condition, gets a HorizontalPodAutoscaler
+/// while autoscaling is on (and loses it when it is off), and its Service follows `serviceType`.
+#[test]
+fn the_myapp_example_runs_as_written() {
+    let _cluster = crate::support::shared();
+    static CRD: std::sync::Once = std::sync::Once::new();
+    CRD.call_once(|| {
+        kubectl(&["apply", "-f", "examples/myapp/crd.yaml"]).success();
+        kubectl(&["wait", "--for=condition=Established", "crd/myapps.apps.example.com", "--timeout=30s"]).success();
+    });
+    let ns = Namespace::new("myapp");
+    let port = free_port();
+    let mut hook = std::process::Command::new("python3")
+        .args(["examples/myapp/sync.py", "--serve", &port.to_string()])
+        .spawn()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let controller = std::fs::read_to_string("examples/myapp/controller.yaml").unwrap();
+    assert!(controller.contains("127.0.0.1:8010"), "the example's hook address");
+    let file = dir.path().join("controller.yaml");
+    std::fs::write(&file, controller.replace("127.0.0.1:8010", &format!("127.0.0.1:{port}"))).unwrap();
+    kubectl(&["apply", "-n", &ns.0, "-f", "examples/myapp/myapp.yaml"]).success();
+    let run = Background::start(&["reconcile", "-f", file.to_str().unwrap(), "-n", &ns.0, "--watch"]);
+
+    let get = |what: &str| kubectl_json(&["get", what, "shop", "-n", &ns.0]);
+    let ready = |want: &str| {
+        eventually(SOON, &format!("MyApp Ready={want}"), || {
+            let app = get("myapps.apps.example.com");
+            let condition = app["status"]["conditions"][0].clone();
+            if condition["status"] == want { Ok(app) } else { Err(format!("{app}")) }
+        })
+    };
+    let app = ready("False");
+    assert_eq!(app["status"]["availableReplicas"], 0);
+    let deployment = get("deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        (container["image"].as_str(), container["ports"][0]["containerPort"].as_i64()),
+        (Some("nginx:1.27"), Some(8080))
+    );
+    assert_eq!(container["env"][0], json!({"name": "MODE", "value": "production"}));
+    assert_eq!(container["resources"]["requests"]["cpu"], "100m");
+    assert_eq!(deployment["metadata"]["ownerReferences"][0]["kind"], "MyApp");
+    let service = get("service");
+    assert_eq!(
+        (service["spec"]["type"].as_str(), service["spec"]["ports"][0]["targetPort"].as_i64()),
+        (Some("ClusterIP"), Some(8080))
+    );
+
+    // No kubelet here: the test plays the Deployment controller's part.
+    let status = r#"{"status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2}}"#;
+    kubectl(&["patch", "deployment", "shop", "-n", &ns.0, "--subresource=status", "--type=merge", "-p", status])
+        .success();
+    let app = ready("True");
+    assert_eq!(app["status"]["availableReplicas"], 2);
+
+    let on = r#"{"spec": {"serviceType": "NodePort", "autoScaling": {"enabled": true, "minReplicas": 2, "maxReplicas": 6}}}"#;
+    kubectl(&["patch", "myapps.apps.example.com", "shop", "-n", &ns.0, "--type=merge", "-p", on]).success();
+    let hpa = eventually(SOON, "the autoscaler", || {
+        let run = kubectl(&["get", "hpa", "shop", "-n", &ns.0, "-o", "json", "--ignore-not-found"]);
+        if run.stdout.trim().is_empty() {
+            Err("not yet".to_owned())
+        } else {
+            Ok(serde_json::from_str::<Value>(&run.stdout).unwrap())
+        }
+    });
+    assert_eq!((hpa["spec"]["minReplicas"].as_i64(), hpa["spec"]["maxReplicas"].as_i64()), (Some(2), Some(6)));
+    assert_eq!(hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"], 80);
+    eventually(SOON, "the Service a NodePort", || {
+        let service = get("service");
+        if service["spec"]["type"] == "NodePort" { Ok(()) } else { Err(format!("{service}")) }
+    });
+    let off = r#"{"spec": {"autoScaling": {"enabled": false}}}"#;
+    kubectl(&["patch", "myapps.apps.example.com", "shop", "-n", &ns.0, "--type=merge", "-p", off]).success();
+    eventually(SOON, "the autoscaler gone", || {
+        let run = kubectl(&["get", "hpa", "shop", "-n", &ns.0, "--ignore-not-found"]);
+        if run.stdout.trim().is_empty() { Ok(()) } else { Err(run.stdout) }
+    });
+    drop(run);
+    let _ = hook.kill();
+    let _ = hook.wait();
+}
+
 /// A parent whose finalize hook says it is done goes, even when the children that answer asks for cannot
 /// be written (here a ConfigMap key the API server refuses; in life, a namespace being deleted refuses
 /// every create).
