@@ -582,6 +582,100 @@ fn the_myapp_example_runs_as_written() {
     let _ = hook.wait();
 }
 
+/// A webhook over HTTPS with a CA of its own and a Bearer token: the controller object's
+/// `endpointConfigs` entry for the hook's host names the CA (a ConfigMap) and the token (a Secret), read
+/// from the cluster; without the entry the certificate is refused, and with a wrong token the hook's 401
+/// is said.
+#[test]
+fn endpoint_configs_bring_a_ca_and_a_token_from_the_cluster() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-tls");
+    let dir = tempfile::tempdir().unwrap();
+    let at = |f: &str| dir.path().join(f).display().to_string();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        &at("ca.key"),
+        "-out",
+        &at("ca.crt"),
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        &at("tls.key"),
+        "-out",
+        &at("tls.csr"),
+    ]);
+    std::fs::write(at("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &at("tls.csr"),
+        "-CA",
+        &at("ca.crt"),
+        "-CAkey",
+        &at("ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        &at("ext"),
+        "-out",
+        &at("tls.crt"),
+    ]);
+    let port = free_port();
+    let mut server = std::process::Command::new("python3")
+        .args(["tests/fixtures/tls-hook.py", &port.to_string(), &at("tls.crt"), &at("tls.key"), "s3cret"])
+        .spawn()
+        .unwrap();
+    eventually(SOON, "the HTTPS hook", || std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string()));
+    kubectl(&["create", "configmap", "hook-ca", "-n", &ns.0, &format!("--from-file=ca.crt={}", at("ca.crt"))])
+        .success();
+    kubectl(&["create", "secret", "generic", "hook-token", "-n", &ns.0, "--from-literal=token=s3cret"]).success();
+    apply(&ns.0, &parent("Keeper", "k", json!({})));
+
+    let url = format!("https://127.0.0.1:{port}/sync");
+    let entry = json!({"host": format!("127.0.0.1:{port}"),
+        "caBundle": {"configMapRef": {"name": "hook-ca", "namespace": ns.0}},
+        "authorization": {"secretRef": {"name": "hook-token", "namespace": ns.0, "key": "token"}}});
+    let without = manifest(dir.path(), "without.yaml", &[controller("tls", "keepers", &url, "v1", json!({}))]);
+    let run = samplectl(&["reconcile", "-f", &without, "-n", &ns.0, "--once"]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(run.stderr.contains("cannot be reached") && run.stderr.to_lowercase().contains("certificate"), "{run:#?}");
+
+    let with = json!({"spec": {"endpointConfigs": [entry]}});
+    let with = manifest(dir.path(), "with.yaml", &[controller("tls", "keepers", &url, "v1", with)]);
+    samplectl(&["reconcile", "-f", &with, "-n", &ns.0, "--once"]).success();
+    assert_eq!(configmap(&ns.0, "k").unwrap()["data"]["controller"], "tls");
+
+    kubectl(&["delete", "secret", "hook-token", "-n", &ns.0]).success();
+    kubectl(&["create", "secret", "generic", "hook-token", "-n", &ns.0, "--from-literal=token=wrong"]).success();
+    let run = samplectl(&["reconcile", "-f", &with, "-n", &ns.0, "--once"]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(run.stderr.contains("answered HTTP 401"), "{run:#?}");
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
 /// A parent whose finalize hook says it is done goes, even when the children that answer asks for cannot
 /// be written (here a ConfigMap key the API server refuses; in life, a namespace being deleted refuses
 /// every create).

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::api::{CompositeController, Method};
 use super::flags::check;
-use super::hooks::{callable, outside};
+use super::hooks::{Reach, callable, outside};
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
 use crate::controller::engine::Definition;
@@ -48,9 +48,6 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
     check(&family)?;
 
     let hooks = spec.hooks.as_ref().ok_or_else(|| anyhow!("spec.hooks: no hooks defined"))?;
-    if !spec.endpoint_configs.is_empty() {
-        bail!("spec.endpointConfigs: not run yet (samplectl issue 26)");
-    }
     for (which, hook) in [("preUpdateChild", &hooks.pre_update_child), ("postUpdateChild", &hooks.post_update_child)] {
         if hook.is_some() {
             // metacontroller accepts these and never calls them; so does samplectl, saying so.
@@ -66,10 +63,10 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
     }
     let sync =
         hooks.sync.as_ref().ok_or_else(|| anyhow!("spec.hooks.sync: a CompositeController needs a sync hook"))?;
-    let proxy = outside().then_some(&conn.client);
-    let sync = callable("sync", sync, proxy)?;
-    let finalize = hooks.finalize.as_ref().map(|hook| callable("finalize", hook, proxy)).transpose()?;
-    let customize = hooks.customize.as_ref().map(|hook| callable("customize", hook, proxy)).transpose()?;
+    let reach = Reach { client: &conn.client, endpoints: &spec.endpoint_configs, proxy: outside() };
+    let sync = callable("sync", sync, &reach)?;
+    let finalize = hooks.finalize.as_ref().map(|hook| callable("finalize", hook, &reach)).transpose()?;
+    let customize = hooks.customize.as_ref().map(|hook| callable("customize", hook, &reach)).transpose()?;
     let selector = spec.parent_resource.label_selector.clone();
     if let Some(selector) = &selector {
         selector.check().map_err(|why| anyhow!("spec.parentResource.labelSelector: {why}"))?;

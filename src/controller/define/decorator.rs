@@ -8,7 +8,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use super::api::{DecoratorController, Method};
 use super::composite::{resolve, resync};
-use super::hooks::{callable, outside};
+use super::hooks::{Reach, callable, outside};
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::Resolved;
 use crate::controller::engine::Definition;
@@ -42,13 +42,10 @@ pub async fn define(conn: &Connection, dc: &DecoratorController) -> Result<Vec<D
         });
         attachments.push(resolved);
     }
-    if !spec.endpoint_configs.is_empty() {
-        bail!("spec.endpointConfigs: not run yet (samplectl issue 26)");
-    }
     let hooks = spec.hooks.as_ref().ok_or_else(|| anyhow!("spec.hooks: no hooks defined"))?;
     let controller = serde_json::to_value(dc).context("cannot write the controller object as JSON")?;
     let name = &dc.metadata.name;
-    let proxy = outside().then_some(&conn.client);
+    let reach = Reach { client: &conn.client, endpoints: &spec.endpoint_configs, proxy: outside() };
 
     let mut definitions = Vec::new();
     for (i, resource) in spec.resources.iter().enumerate() {
@@ -75,9 +72,9 @@ pub async fn define(conn: &Connection, dc: &DecoratorController) -> Result<Vec<D
         // Each resource gets hooks of its own (they are cheap: a URL and a client).
         let sync =
             hooks.sync.as_ref().ok_or_else(|| anyhow!("spec.hooks.sync: a DecoratorController needs a sync hook"))?;
-        let sync = callable("sync", sync, proxy)?;
-        let finalize = hooks.finalize.as_ref().map(|hook| callable("finalize", hook, proxy)).transpose()?;
-        let customize = hooks.customize.as_ref().map(|hook| callable("customize", hook, proxy)).transpose()?;
+        let sync = callable("sync", sync, &reach)?;
+        let finalize = hooks.finalize.as_ref().map(|hook| callable("finalize", hook, &reach)).transpose()?;
+        let customize = hooks.customize.as_ref().map(|hook| callable("customize", hook, &reach)).transpose()?;
         definitions.push(Definition {
             name: name.clone(),
             finalizer: Finalizer {

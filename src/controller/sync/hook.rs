@@ -13,6 +13,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::Version;
+use super::security::Secured;
 
 /// An answer larger than this is refused: a hook that prints without end must not exhaust memory.
 const MAX_ANSWER: usize = 64 << 20;
@@ -90,7 +91,7 @@ impl std::fmt::Display for Target {
     }
 }
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+pub(super) type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// A hook with its deadline and the shape of its requests and answers, ready to be called.
 pub struct Hook {
@@ -100,6 +101,8 @@ pub struct Hook {
     /// Answers with a field the protocol does not have are refused.
     pub strict: bool,
     client: Option<Client<Https, Full<bytes::Bytes>>>,
+    /// A CA, a client certificate or an Authorization header, read from the cluster.
+    security: Option<Secured>,
 }
 
 impl Hook {
@@ -120,7 +123,13 @@ impl Hook {
                 Some(Client::builder(TokioExecutor::new()).build(https))
             }
         };
-        Ok(Hook { target, timeout, version, strict, client })
+        Ok(Hook { target, timeout, version, strict, client, security: None })
+    }
+
+    /// Calls the hook with the CA, client certificate and Authorization header `security` names.
+    pub fn secured(mut self, security: Secured) -> Self {
+        self.security = Some(security);
+        self
     }
 
     /// Calls the hook for the parent `object` (`namespace/name`, for the log) with `request`, and reads
@@ -235,11 +244,19 @@ impl Hook {
     }
 
     async fn post(&self, uri: &http::Uri, body: Vec<u8>) -> Result<Vec<u8>, String> {
-        let client = self.client.as_ref().expect("a URL hook has a client");
-        let request = http::Request::post(uri.clone())
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(bytes::Bytes::from(body)))
-            .map_err(|err| err.to_string())?;
+        let resolved = match &self.security {
+            Some(security) => Some(security.resolved().await?),
+            None => None,
+        };
+        let client = match &resolved {
+            Some(resolved) => &resolved.http,
+            None => self.client.as_ref().expect("a URL hook has a client"),
+        };
+        let mut request = http::Request::post(uri.clone()).header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(header) = resolved.as_ref().and_then(|r| r.header.as_deref()) {
+            request = request.header(http::header::AUTHORIZATION, header);
+        }
+        let request = request.body(Full::new(bytes::Bytes::from(body))).map_err(|err| err.to_string())?;
         let exchange = async {
             let response = client.request(request).await.map_err(|err| {
                 let mut message = err.to_string();

@@ -8,6 +8,7 @@
 
 pub mod hook;
 pub mod sample;
+pub mod security;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
