@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::Version;
-use super::security::Secured;
+use super::security::{Https, Secured};
 
 /// An answer larger than this is refused: a hook that prints without end must not exhaust memory.
 const MAX_ANSWER: usize = 64 << 20;
@@ -90,8 +89,6 @@ impl std::fmt::Display for Target {
         }
     }
 }
-
-pub(super) type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// A hook with its deadline and the shape of its requests and answers, ready to be called.
 pub struct Hook {

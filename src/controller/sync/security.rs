@@ -16,7 +16,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::hook::Https;
+/// The HTTPS-or-HTTP connector every URL hook is called through.
+pub type Https = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
 
 /// How long what was read from the cluster is used before it is read again.
 pub const REREAD: Duration = Duration::from_secs(30);
