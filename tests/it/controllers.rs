@@ -877,6 +877,17 @@ fn bad_manifests_are_refused_with_their_place() {
     cluster_child["spec"]["hooks"] = json!({"sync": {"webhook": {"url": url}}});
     cluster_child["spec"]["attachments"] = json!([{"apiVersion": "v1", "resource": "namespaces"}]);
     bad("cluster-child.yaml", &[cluster_child], "spec.resources[0]: cannot attach these types");
+    let secret = json!({"name": "s", "namespace": "n", "key": "k"});
+    let both = json!({"spec": {"endpointConfigs": [{"host": url.trim_start_matches("http://").split('/').next().unwrap(),
+        "authorization": {"secretRef": secret}, "basicAuth": {"secretRef": {"name": "s", "namespace": "n"}}}]}});
+    bad(
+        "both-auths.yaml",
+        &[controller("c", "keepers", url, "v1", both)],
+        "authorization and basicAuth are mutually exclusive",
+    );
+    let mut nothing_decorated = decorator.clone();
+    nothing_decorated["spec"]["resources"] = json!([]);
+    bad("no-resources.yaml", &[nothing_decorated], "spec.resources: a DecoratorController needs at least one resource");
     let same = [controller("c", "keepers", url, "v1", json!({})), controller("c", "tallies", url, "v1", json!({}))];
     bad("same-name.yaml", &same, "CompositeController \"c\" is given twice");
     bad(

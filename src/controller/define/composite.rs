@@ -22,28 +22,12 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
     let spec = &cc.spec;
     let (api_version, resource) = (&spec.parent_resource.api_version, &spec.parent_resource.resource);
     let parent = resolve(conn, api_version, resource, "spec.parentResource").await?;
-    let mut children = Vec::new();
-    let mut updates = Vec::new();
-    for (i, child) in spec.child_resources.iter().enumerate() {
-        let field = format!("spec.childResources[{i}]");
-        let resolved = resolve(conn, &child.api_version, &child.resource, &field).await?;
-        if children
-            .iter()
-            .any(|c: &Resolved| c.ar.api_version == resolved.ar.api_version && c.ar.kind == resolved.ar.kind)
-        {
-            bail!("{field}: {} is given twice", resolved.qualified_plural());
-        }
-        let method = child.update_strategy.as_ref().and_then(|s| s.method).unwrap_or_default();
-        updates.push(match method {
-            Method::OnDelete => Update::OnDelete,
-            Method::Recreate => Update::Recreate,
-            Method::InPlace => Update::InPlace,
-            Method::RollingRecreate | Method::RollingInPlace => {
-                bail!("{field}.updateStrategy.method: {method:?} is not run yet (samplectl issue 26)")
-            }
-        });
-        children.push(resolved);
-    }
+    let entries = spec
+        .child_resources
+        .iter()
+        .map(|c| (c.api_version.as_str(), c.resource.as_str(), c.update_strategy.as_ref().and_then(|s| s.method)));
+    let (children, updates) =
+        child_types(conn, "spec.childResources", entries, "is not run yet (samplectl issue 26)").await?;
     let family = Family { parent, children };
     check(&family)?;
 
@@ -88,6 +72,36 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
             _ => Adoption::ParentSelector,
         }),
     })
+}
+
+/// A controller's child (or attachment) types under `list` (`spec.childResources`), each resolved
+/// through discovery and given once, with its update method; a rolling method is refused, `rolling`
+/// saying why.
+pub(super) async fn child_types<'a>(
+    conn: &Connection,
+    list: &str,
+    entries: impl Iterator<Item = (&'a str, &'a str, Option<Method>)>,
+    rolling: &str,
+) -> Result<(Vec<Resolved>, Vec<Update>)> {
+    let (mut types, mut updates): (Vec<Resolved>, Vec<Update>) = (Vec::new(), Vec::new());
+    for (i, (api_version, resource, method)) in entries.enumerate() {
+        let field = format!("{list}[{i}]");
+        let resolved = resolve(conn, api_version, resource, &field).await?;
+        if types.iter().any(|c| c.ar.api_version == resolved.ar.api_version && c.ar.kind == resolved.ar.kind) {
+            bail!("{field}: {} is given twice", resolved.qualified_plural());
+        }
+        let method = method.unwrap_or_default();
+        updates.push(match method {
+            Method::OnDelete => Update::OnDelete,
+            Method::Recreate => Update::Recreate,
+            Method::InPlace => Update::InPlace,
+            Method::RollingRecreate | Method::RollingInPlace => {
+                bail!("{field}.updateStrategy.method: {method:?} {rolling}")
+            }
+        });
+        types.push(resolved);
+    }
+    Ok((types, updates))
 }
 
 /// `resyncPeriodSeconds`: metacontroller raises a period under a second to one second.

@@ -6,13 +6,12 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::api::{DecoratorController, Method};
-use super::composite::{resolve, resync};
+use super::api::DecoratorController;
+use super::composite::{child_types, resolve, resync};
 use super::hooks::{Reach, callable, outside};
 use crate::cluster::client::Connection;
-use crate::cluster::resolve::Resolved;
 use crate::controller::engine::Definition;
-use crate::controller::rules::children::{Family, Update};
+use crate::controller::rules::children::Family;
 use crate::controller::rules::finalizer::{Finalizer, metacontroller_finalizer};
 use crate::controller::rules::selector::ParentSelector;
 use crate::controller::sync::{Hooks, Shape, Syncer};
@@ -22,26 +21,13 @@ pub async fn define(conn: &Connection, dc: &DecoratorController) -> Result<Vec<D
     if spec.resources.is_empty() {
         bail!("spec.resources: a DecoratorController needs at least one resource to decorate");
     }
-    let mut attachments: Vec<Resolved> = Vec::new();
-    let mut updates = Vec::new();
-    for (i, attachment) in spec.attachments.iter().enumerate() {
-        let field = format!("spec.attachments[{i}]");
-        let resolved = resolve(conn, &attachment.api_version, &attachment.resource, &field).await?;
-        if attachments.iter().any(|c| c.ar.api_version == resolved.ar.api_version && c.ar.kind == resolved.ar.kind) {
-            bail!("{field}: {} is given twice", resolved.qualified_plural());
-        }
-        let method = attachment.update_strategy.as_ref().and_then(|s| s.method).unwrap_or_default();
-        updates.push(match method {
-            Method::OnDelete => Update::OnDelete,
-            Method::Recreate => Update::Recreate,
-            Method::InPlace => Update::InPlace,
-            // metacontroller's DecoratorController has no rolling updates either.
-            Method::RollingRecreate | Method::RollingInPlace => {
-                bail!("{field}.updateStrategy.method: {method:?} is for a CompositeController's children only")
-            }
-        });
-        attachments.push(resolved);
-    }
+    let entries = spec
+        .attachments
+        .iter()
+        .map(|a| (a.api_version.as_str(), a.resource.as_str(), a.update_strategy.as_ref().and_then(|s| s.method)));
+    // metacontroller's DecoratorController has no rolling updates either.
+    let (attachments, updates) =
+        child_types(conn, "spec.attachments", entries, "is for a CompositeController's children only").await?;
     let hooks = spec.hooks.as_ref().ok_or_else(|| anyhow!("spec.hooks: no hooks defined"))?;
     let controller = serde_json::to_value(dc).context("cannot write the controller object as JSON")?;
     let name = &dc.metadata.name;
