@@ -38,7 +38,8 @@ fn crd(plural: &str, kind: &str) -> Value {
 fn crds() {
     static APPLIED: std::sync::Once = std::sync::Once::new();
     APPLIED.call_once(|| {
-        for (plural, kind) in [("keepers", "Keeper"), ("tallies", "Tally")] {
+        for (plural, kind) in [("keepers", "Keeper"), ("tallies", "Tally"), ("fleets", "Fleet"), ("workers", "Worker")]
+        {
             apply("default", &crd(plural, kind));
             let name = format!("crd/{plural}.controllers.example.com");
             kubectl(&["wait", "--for=condition=Established", &name, "--timeout=30s"]).success();
@@ -772,6 +773,247 @@ fn update_strategies() {
     }
 }
 
+/// A Fleet controller whose Worker (or ConfigMap) children roll with `method`, gated by `checks`.
+fn fleet_controller(name: &str, url: &str, resource: &str, method: &str, checks: Value) -> Value {
+    let api_version = if resource == "configmaps" { "v1" } else { "controllers.example.com/v1" };
+    let strategy = json!({"method": method, "statusChecks": checks});
+    controller(
+        name,
+        "fleets",
+        url,
+        "v1",
+        json!({"spec": {
+            "parentResource": {"revisionHistory": {"fieldPaths": ["spec.version"]}},
+            "childResources": [{"apiVersion": api_version, "resource": resource, "updateStrategy": strategy}],
+        }}),
+    )
+}
+
+/// The test CRDs and metacontroller's, a namespace, the keys hook (whose /rolling path serves Fleets) and a
+/// directory for manifests.
+fn rolling_setup(prefix: &str) -> (Namespace, HookServer, tempfile::TempDir) {
+    crds();
+    samplectl(&["install-crd", "--metacontroller"]).success();
+    (Namespace::new(prefix), HookServer::start(), tempfile::tempdir().unwrap())
+}
+
+/// The `Updated` condition of a parent, as (status, reason, message).
+fn updated(ns: &str, resource: &str, name: &str) -> (String, String, String) {
+    let status = kubectl_json(&["get", resource, name, "-n", ns])["status"].clone();
+    let found = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Updated").cloned();
+    let field = |f: &str| found.as_ref().and_then(|c| c[f].as_str()).unwrap_or_default().to_owned();
+    (field("status"), field("reason"), field("message"))
+}
+
+/// Each revision (by its parentPatch's `spec.version`) and the children it claims, as kubectl sees them.
+fn revisions(ns: &str) -> Vec<(String, Vec<String>)> {
+    let list = kubectl_json(&["get", "controllerrevisions.metacontroller.k8s.io", "-n", ns]);
+    let mut seen: Vec<(String, Vec<String>)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let names = r["children"].as_array().into_iter().flatten().flat_map(|c| c["names"].as_array().unwrap());
+            let mut names: Vec<String> = names.map(|n| n.as_str().unwrap().to_owned()).collect();
+            names.sort();
+            (r["parentPatch"]["spec"]["version"].as_str().unwrap_or_default().to_owned(), names)
+        })
+        .collect();
+    seen.sort();
+    seen
+}
+
+fn worker_versions(ns: &str, name: &str) -> Vec<String> {
+    (0..3)
+        .map(|i| kubectl_json(&["get", "workers.controllers.example.com", &format!("{name}-{i}"), "-n", ns]))
+        .map(|w| w["spec"]["version"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn set_ready(ns: &str, worker: &str, ready: &str) {
+    let patch = json!({"status": {"conditions": [{"type": "Ready", "status": ready}]}}).to_string();
+    let resource = "workers.controllers.example.com";
+    kubectl(&["patch", resource, worker, "-n", ns, "--subresource=status", "--type=merge", "-p", &patch]).success();
+}
+
+/// RollingInPlace, step by step with `--once`: a new revision of the parent's `spec.version` moves one
+/// child at a time, in the hook's order, each step only once every child already moved passes its status
+/// check; the parent's `Updated` condition says where the rollout stands, and ControllerRevisions (named
+/// and labelled as metacontroller names them) record which revision holds which child until the old one
+/// holds none and is deleted.
+#[test]
+fn rolling_in_place_moves_one_child_at_a_time_behind_its_status_checks() {
+    let _cluster = crate::support::shared();
+    let (ns, hook, dir) = rolling_setup("cc-rolling");
+    let checks = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+    let file = manifest(
+        dir.path(),
+        "fleet.yaml",
+        &[fleet_controller("fleet", &hook.url.replace("/sync", "/rolling"), "workers", "RollingInPlace", checks)],
+    );
+    let once = || samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]).success();
+    let fleet = "fleets.controllers.example.com";
+
+    apply(&ns.0, &parent("Fleet", "web", json!({"count": 3, "version": "a"})));
+    once();
+    assert_eq!(worker_versions(&ns.0, "web"), ["a", "a", "a"]);
+    assert_eq!(revisions(&ns.0), [("a".to_owned(), vec!["web-0".to_owned(), "web-1".into(), "web-2".into()])]);
+    let (status, reason, message) = updated(&ns.0, fleet, "web");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "OnLatestRevision"));
+    let stored = kubectl_json(&["get", "controllerrevisions.metacontroller.k8s.io", "-n", &ns.0]);
+    let revision = &stored["items"][0];
+    let name = revision["metadata"]["name"].as_str().unwrap();
+    assert_eq!(message, format!("latest ControllerRevision: {name}"));
+    let hash = name.strip_prefix("fleets.controllers.example.com-").unwrap();
+    assert!(hash.len() == 40 && hash.chars().all(|c| c.is_ascii_hexdigit()), "{name}");
+    assert_eq!(revision["metadata"]["labels"]["metacontroller.k8s.io/resource"], "fleets");
+    assert_eq!(revision["metadata"]["ownerReferences"][0]["kind"], "Fleet");
+    for i in 0..3 {
+        set_ready(&ns.0, &format!("web-{i}"), "True");
+    }
+
+    apply(&ns.0, &parent("Fleet", "web", json!({"count": 3, "version": "b"})));
+    once();
+    assert_eq!(worker_versions(&ns.0, "web"), ["b", "a", "a"]);
+    assert_eq!(updated(&ns.0, fleet, "web").2, "updating Worker web-0");
+    assert_eq!(
+        revisions(&ns.0),
+        [("a".to_owned(), vec!["web-1".to_owned(), "web-2".into()]), ("b".into(), vec!["web-0".into()])]
+    );
+
+    // The moved child is not Ready: the rollout waits, says why, and moves nothing.
+    set_ready(&ns.0, "web-0", "False");
+    once();
+    once();
+    assert_eq!(worker_versions(&ns.0, "web"), ["b", "a", "a"]);
+    let (status, reason, message) = updated(&ns.0, fleet, "web");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "RolloutWaiting"));
+    assert_eq!(message, r#"child Worker web-0 failed status check: "Ready" condition status is "False" (want "True")"#);
+
+    set_ready(&ns.0, "web-0", "True");
+    once();
+    assert_eq!(worker_versions(&ns.0, "web"), ["b", "b", "a"]);
+    once();
+    assert_eq!(worker_versions(&ns.0, "web"), ["b", "b", "b"]);
+    once();
+    assert_eq!(updated(&ns.0, fleet, "web").1, "OnLatestRevision");
+    assert_eq!(revisions(&ns.0), [("b".to_owned(), vec!["web-0".to_owned(), "web-1".into(), "web-2".into()])]);
+}
+
+/// RollingRecreate under the watch driver, with no status checks: a version change rolls through every
+/// child by itself (each recreated, one after another), and the rollout ends on one revision. A second
+/// change made mid-rollout wins: the children end on the last version.
+#[test]
+fn rolling_recreate_rolls_on_by_itself_under_the_watch_driver() {
+    let _cluster = crate::support::shared();
+    let (ns, hook, dir) = rolling_setup("cc-rolling-watch");
+    let file = manifest(
+        dir.path(),
+        "fleet.yaml",
+        &[fleet_controller(
+            "fleet-cm",
+            &hook.url.replace("/sync", "/rolling"),
+            "configmaps",
+            "RollingRecreate",
+            json!({}),
+        )],
+    );
+    let _controller = Background::start(&["reconcile", "-f", &file, "-n", &ns.0, "--watch"]);
+    let spec = |version: &str| json!({"count": 3, "version": version, "childKind": "ConfigMap"});
+    apply(&ns.0, &parent("Fleet", "cm", spec("a")));
+    let versions = |ns: &str| -> Vec<(String, String)> {
+        (0..3)
+            .map(|i| configmap(ns, &format!("cm-{i}")))
+            .map(|c| {
+                c.map_or((String::new(), String::new()), |c| {
+                    (
+                        c["data"]["version"].as_str().unwrap_or_default().to_owned(),
+                        c["metadata"]["uid"].as_str().unwrap().to_owned(),
+                    )
+                })
+            })
+            .collect()
+    };
+    let first = eventually(SOON, "three ConfigMaps of version a", || {
+        let now = versions(&ns.0);
+        match now.iter().all(|(v, _)| v == "a") {
+            true => Ok(now),
+            false => Err(format!("{now:?}")),
+        }
+    });
+    apply(&ns.0, &parent("Fleet", "cm", spec("b")));
+    apply(&ns.0, &parent("Fleet", "cm", spec("c")));
+    eventually(Duration::from_secs(60), "every ConfigMap recreated on version c, one revision left", || {
+        let now = versions(&ns.0);
+        let done = now.iter().zip(&first).all(|((v, uid), (_, old))| v == "c" && uid != old);
+        let (_, reason, _) = updated(&ns.0, "fleets.controllers.example.com", "cm");
+        let revisions = revisions(&ns.0);
+        match done && reason == "OnLatestRevision" && revisions.len() == 1 && revisions[0].0 == "c" {
+            true => Ok(()),
+            false => Err(format!("{now:?} {reason} {revisions:?}")),
+        }
+    });
+}
+
+/// `ignoreStatusChanges`: a write to a parent's status alone syncs nothing (the status someone else wrote
+/// stays), while a controller without it puts its status back at once; a change to the spec still syncs.
+/// Both drivers.
+#[test]
+fn ignore_status_changes_skips_status_only_writes() {
+    let _cluster = crate::support::shared();
+    crds();
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    for driver in ["--watch", "--interval=1s"] {
+        let ns = Namespace::new("cc-ignore-status");
+        let ignoring = json!({"spec": {"parentResource": {"ignoreStatusChanges": true}}});
+        let file = manifest(
+            dir.path(),
+            "ignore.yaml",
+            &[
+                controller("ignoring", "keepers", &hook.url, "v1", ignoring),
+                controller("minding", "tallies", &hook.url, "v1", json!({})),
+            ],
+        );
+        apply(&ns.0, &parent("Keeper", "k", json!({"data": {"n": "1"}})));
+        apply(&ns.0, &parent("Tally", "t", json!({"data": {"n": "1"}})));
+        let _controller = Background::start(&["reconcile", "-f", &file, "-n", &ns.0, driver]);
+        let status_of =
+            |resource: &str, name: &str| kubectl_json(&["get", resource, name, "-n", &ns.0])["status"].clone();
+        let (keepers, tallies) = ("keepers.controllers.example.com", "tallies.controllers.example.com");
+        for (resource, name) in [(keepers, "k"), (tallies, "t")] {
+            eventually(SOON, "the hook's status", || match status_of(resource, name)["seen"].is_number() {
+                true => Ok(()),
+                false => Err(status_of(resource, name).to_string()),
+            });
+        }
+        // Past the poll driver's second look, which follows a reconcile that wrote.
+        std::thread::sleep(Duration::from_secs(3));
+        for (resource, name) in [(keepers, "k"), (tallies, "t")] {
+            let patch = json!({"status": {"seen": 0, "written": "by someone else"}}).to_string();
+            kubectl(&["patch", resource, name, "-n", &ns.0, "--subresource=status", "--type=merge", "-p", &patch])
+                .success();
+        }
+        eventually(SOON, "the status put back where status changes count", || {
+            match status_of(tallies, "t").get("written") {
+                None => Ok(()),
+                Some(_) => Err(status_of(tallies, "t").to_string()),
+            }
+        });
+        // The minding controller has synced since; the same process left the ignoring one's alone.
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(status_of(keepers, "k")["written"], "by someone else", "{driver}");
+        apply(&ns.0, &parent("Keeper", "k", json!({"data": {"n": "2"}})));
+        eventually(SOON, "a spec change synced", || {
+            let status = status_of(keepers, "k");
+            match status.get("written").is_none() && configmap(&ns.0, "k").unwrap()["data"]["n"] == "2" {
+                true => Ok(()),
+                false => Err(status.to_string()),
+            }
+        });
+    }
+}
+
 /// Claiming as metacontroller claims, under Kubernetes' ControllerRef rules: with `generateSelector`
 /// every child is labelled `controller-uid`, and an orphan of a wanted name with that label is adopted;
 /// without it, an orphan the parent's own `spec.selector` takes is adopted. An orphan neither takes, or
@@ -872,6 +1114,13 @@ fn bad_manifests_are_refused_with_their_place() {
         "rolling.yaml",
         &[rolling],
         "spec.attachments[0].updateStrategy.method: RollingInPlace is for a CompositeController",
+    );
+    let cluster_rolling = json!({"spec": {"parentResource": {"apiVersion": "v1", "resource": "namespaces"},
+        "childResources": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "RollingInPlace"}}]}});
+    bad(
+        "cluster-rolling.yaml",
+        &[controller("c", "keepers", url, "v1", cluster_rolling)],
+        "spec.childResources[0].updateStrategy.method: RollingInPlace needs a namespaced parent",
     );
     let mut cluster_child = decorator.clone();
     cluster_child["spec"]["hooks"] = json!({"sync": {"webhook": {"url": url}}});

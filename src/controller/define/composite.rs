@@ -12,9 +12,10 @@ use super::flags::check;
 use super::hooks::{Reach, callable, outside};
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
-use crate::controller::engine::Definition;
+use crate::controller::engine::{Definition, Rolling};
 use crate::controller::rules::children::{Adoption, Family, Update};
 use crate::controller::rules::finalizer::{Finalizer, metacontroller_finalizer};
+use crate::controller::rules::rolling::{ConditionCheck, RollingType, Rollout};
 use crate::controller::rules::selector::ParentSelector;
 use crate::controller::sync::{Hooks, Shape, Syncer};
 
@@ -26,10 +27,10 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
         .child_resources
         .iter()
         .map(|c| (c.api_version.as_str(), c.resource.as_str(), c.update_strategy.as_ref().and_then(|s| s.method)));
-    let (children, updates) =
-        child_types(conn, "spec.childResources", entries, "is not run yet (samplectl issue 26)").await?;
+    let (children, updates) = child_types(conn, "spec.childResources", entries, None).await?;
     let family = Family { parent, children };
     check(&family)?;
+    let rolling = rolling(conn, cc, &family).await?;
 
     let hooks = spec.hooks.as_ref().ok_or_else(|| anyhow!("spec.hooks: no hooks defined"))?;
     for (which, hook) in [("preUpdateChild", &hooks.pre_update_child), ("postUpdateChild", &hooks.post_update_child)] {
@@ -40,10 +41,6 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
                 "spec.hooks.{which} is never called (nor is it by metacontroller)"
             );
         }
-    }
-    if spec.parent_resource.ignore_status_changes == Some(true) {
-        // Only fewer syncs would come of it: every change to a parent is synced, its status too.
-        tracing::warn!(controller = cc.metadata.name, "spec.parentResource.ignoreStatusChanges is not applied yet");
     }
     let sync =
         hooks.sync.as_ref().ok_or_else(|| anyhow!("spec.hooks.sync: a CompositeController needs a sync hook"))?;
@@ -71,17 +68,65 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
             Some(true) => Adoption::ControllerUid,
             _ => Adoption::ParentSelector,
         }),
+        rolling,
+        ignore_status_changes: spec.parent_resource.ignore_status_changes == Some(true),
     })
 }
 
+/// The child types that roll and how, with the ControllerRevision type their history is kept in; `None`
+/// when none rolls.
+async fn rolling(conn: &Connection, cc: &CompositeController, family: &Family) -> Result<Option<Rolling>> {
+    let spec = &cc.spec;
+    let mut types = Vec::new();
+    for (index, child) in spec.child_resources.iter().enumerate() {
+        let Some(strategy) = &child.update_strategy else { continue };
+        let in_place = match strategy.method {
+            Some(Method::RollingInPlace) => true,
+            Some(Method::RollingRecreate) => false,
+            _ => continue,
+        };
+        if !family.parent.namespaced {
+            bail!(
+                "spec.childResources[{index}].updateStrategy.method: {:?} needs a namespaced parent: a rollout's \
+                 ControllerRevisions live in the parent's namespace (metacontroller cannot roll a cluster-scoped \
+                 parent's children either)",
+                strategy.method.unwrap_or_default()
+            );
+        }
+        let checks = strategy.status_checks.iter().flat_map(|c| &c.conditions);
+        let checks = checks
+            .map(|c| ConditionCheck { type_: c.type_.clone(), status: c.status.clone(), reason: c.reason.clone() })
+            .collect();
+        let ar = &family.children[index].ar;
+        types.push((index, ar.group.clone(), ar.kind.clone(), RollingType { in_place, checks }));
+    }
+    if types.is_empty() {
+        return Ok(None);
+    }
+    let revisions =
+        resolve(conn, "metacontroller.k8s.io/v1alpha1", "controllerrevisions", "rolling updates").await.context(
+            "a rolling update keeps its history in metacontroller's ControllerRevisions; install their CRD with \
+             `samplectl install-crd --metacontroller`",
+        )?;
+    let field_paths = match &spec.parent_resource.revision_history {
+        Some(history) if !history.field_paths.is_empty() => history.field_paths.clone(),
+        _ => vec!["spec".to_owned()],
+    };
+    Ok(Some(Rolling {
+        rollout: Rollout { types, field_paths },
+        revisions,
+        generated_selector: spec.generate_selector == Some(true),
+    }))
+}
+
 /// A controller's child (or attachment) types under `list` (`spec.childResources`), each resolved
-/// through discovery and given once, with its update method; a rolling method is refused, `rolling`
-/// saying why.
+/// through discovery and given once, with its update method; a rolling method is refused when
+/// `refuse_rolling` says why, and otherwise writes a child as its non-rolling twin does.
 pub(super) async fn child_types<'a>(
     conn: &Connection,
     list: &str,
     entries: impl Iterator<Item = (&'a str, &'a str, Option<Method>)>,
-    rolling: &str,
+    refuse_rolling: Option<&str>,
 ) -> Result<(Vec<Resolved>, Vec<Update>)> {
     let (mut types, mut updates): (Vec<Resolved>, Vec<Update>) = (Vec::new(), Vec::new());
     for (i, (api_version, resource, method)) in entries.enumerate() {
@@ -95,9 +140,11 @@ pub(super) async fn child_types<'a>(
             Method::OnDelete => Update::OnDelete,
             Method::Recreate => Update::Recreate,
             Method::InPlace => Update::InPlace,
-            Method::RollingRecreate | Method::RollingInPlace => {
-                bail!("{field}.updateStrategy.method: {method:?} {rolling}")
+            Method::RollingRecreate | Method::RollingInPlace if let Some(why) = refuse_rolling => {
+                bail!("{field}.updateStrategy.method: {method:?} {why}")
             }
+            Method::RollingRecreate => Update::Recreate,
+            Method::RollingInPlace => Update::InPlace,
         });
         types.push(resolved);
     }

@@ -27,7 +27,7 @@ pub async fn define(conn: &Connection, dc: &DecoratorController) -> Result<Vec<D
         .map(|a| (a.api_version.as_str(), a.resource.as_str(), a.update_strategy.as_ref().and_then(|s| s.method)));
     // metacontroller's DecoratorController has no rolling updates either.
     let (attachments, updates) =
-        child_types(conn, "spec.attachments", entries, "is for a CompositeController's children only").await?;
+        child_types(conn, "spec.attachments", entries, Some("is for a CompositeController's children only")).await?;
     let hooks = spec.hooks.as_ref().ok_or_else(|| anyhow!("spec.hooks: no hooks defined"))?;
     let controller = serde_json::to_value(dc).context("cannot write the controller object as JSON")?;
     let name = &dc.metadata.name;
@@ -51,9 +51,6 @@ pub async fn define(conn: &Connection, dc: &DecoratorController) -> Result<Vec<D
         }
         if let Some(selector) = &resource.annotation_selector {
             selector.check().map_err(|why| anyhow!("{field}.annotationSelector: {why}"))?;
-        }
-        if resource.ignore_status_changes == Some(true) {
-            tracing::warn!(controller = name, "{field}.ignoreStatusChanges is not applied yet");
         }
         // Each resource gets hooks of its own (they are cheap: a URL and a client).
         let sync =
@@ -83,6 +80,8 @@ pub async fn define(conn: &Connection, dc: &DecoratorController) -> Result<Vec<D
             updates: updates.clone(),
             // A decorator adopts nothing: its attachments are the ones it made (its annotation says so).
             adoption: None,
+            rolling: None,
+            ignore_status_changes: resource.ignore_status_changes == Some(true),
         });
     }
     Ok(definitions)

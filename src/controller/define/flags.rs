@@ -31,6 +31,8 @@ pub fn built_in(samples: Resolved) -> Definition {
         resync: None,
         updates: Vec::new(),
         adoption: None,
+        rolling: None,
+        ignore_status_changes: false,
     }
 }
 
@@ -62,6 +64,8 @@ pub async fn hooked(conn: &Connection, parent: Resolved, hook: &HookSettings) ->
         resync: None,
         updates: Vec::new(),
         adoption: None,
+        rolling: None,
+        ignore_status_changes: false,
     })
 }
 

@@ -1,7 +1,9 @@
 //! The drivers, which decide *when* a parent is reconciled: `poll` lists everything every interval and
 //! reconciles what changed; `watch` follows every change through cached watches. `observe` is the driver
-//! for a resource with no sync at all: it reports changes and writes nothing.
+//! for a resource with no sync at all: it reports changes and writes nothing. `changes` says what counts as a
+//! change of a parent for both.
 
+pub mod changes;
 pub mod observe;
 pub mod poll;
 pub mod watch;

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::cluster::read::pages;
 use crate::cluster::scope;
+use crate::controller::drive::changes::parent_print;
 use crate::controller::engine::request::{Failed, bounded};
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError, key, uid};
 use crate::controller::rules::children::{Observed, controller_of, managed_selector};
@@ -75,9 +76,9 @@ struct State {
 
 /// A parent's inputs, by version: the parent, each child it controls, and each related object its
 /// customize hook asked for.
-fn fingerprint(parent: &DynamicObject, children: &Observed, related: &[String]) -> u64 {
+fn fingerprint(parent: &DynamicObject, ignore_status: bool, children: &Observed, related: &[String]) -> u64 {
     let mut hasher = DefaultHasher::new();
-    parent.metadata.resource_version.hash(&mut hasher);
+    parent_print(&parent.metadata, ignore_status).hash(&mut hasher);
     for (key, child) in children {
         key.hash(&mut hasher);
         child.metadata.resource_version.hash(&mut hasher);
@@ -146,7 +147,12 @@ impl Poll {
             if state.running.contains(&uid) {
                 continue;
             }
-            let print = fingerprint(&parent, &observed, &self.ctx.related.versions_for(&uid, &related));
+            let print = fingerprint(
+                &parent,
+                self.ctx.ignore_status_changes,
+                &observed,
+                &self.ctx.related.versions_for(&uid, &related),
+            );
             if let Some((last, due)) = state.synced.get(&uid)
                 && *last == print
                 && now < *due

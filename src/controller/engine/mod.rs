@@ -14,6 +14,7 @@ pub mod events;
 mod finalizer;
 pub mod related;
 pub mod request;
+mod revisions;
 mod status;
 pub mod written;
 
@@ -43,6 +44,7 @@ use conflicts::Conflicts;
 use events::EventQueue;
 use related::Related;
 use request::Failed;
+pub use revisions::Rolling;
 use written::WrittenStatuses;
 
 /// How long one parent's writes (a few requests) may take before the reconcile counts as failed; a
@@ -117,6 +119,10 @@ pub struct Definition {
     pub updates: Vec<Update>,
     /// Which orphans a parent adopts; none when `None`.
     pub adoption: Option<Adoption>,
+    /// Child types that roll, one child at a time, with ControllerRevisions.
+    pub rolling: Option<Rolling>,
+    /// A change to a parent's status alone does not sync it (metacontroller's `ignoreStatusChanges`).
+    pub ignore_status_changes: bool,
 }
 
 /// What every reconcile needs: the client, the parent and child types, the sync, the event queue, and
@@ -131,6 +137,8 @@ pub struct Context {
     pub resync: Option<Duration>,
     updates: Vec<Update>,
     adoption: Option<Adoption>,
+    rolling: Option<Rolling>,
+    pub ignore_status_changes: bool,
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
     pub backoff: Backoff,
@@ -168,7 +176,18 @@ fn failure(object: &str, action: &str, failed: Failed) -> ReconcileError {
 
 impl Context {
     pub fn new(client: Client, definition: Definition, metrics: Arc<Metrics>, health: Arc<Health>) -> Self {
-        let Definition { name, family, sync, finalizer, selector, resync, updates, adoption } = definition;
+        let Definition {
+            name,
+            family,
+            sync,
+            finalizer,
+            selector,
+            resync,
+            updates,
+            adoption,
+            rolling,
+            ignore_status_changes,
+        } = definition;
         let reporter = Reporter { controller: "samplectl".into(), instance: hostname() };
         let recorder = Recorder::new(client.clone(), reporter);
         let related = Related::new(sync.version());
@@ -182,6 +201,8 @@ impl Context {
             resync,
             updates,
             adoption,
+            rolling,
+            ignore_status_changes,
             metrics,
             health,
             backoff: Backoff::default(),
@@ -317,12 +338,23 @@ impl Context {
         });
 
         let related = self.related_objects(&parent).await?;
-        let inputs = Inputs { parent: &parent, children: &children, related: &related, finalizing };
-        let answer = match self.sync.call(&self.family, inputs, &now()).await {
-            Ok(answer) => answer,
-            Err(problem) => return Err(self.sync_failed(&parent, problem)),
+        let (answer, desired) = match &self.rolling {
+            Some(rolling) => {
+                let (answer, desired, recorded) =
+                    self.sync_rolling(rolling, &parent, &children, &related, finalizing).await?;
+                wrote |= recorded;
+                (answer, desired)
+            }
+            None => {
+                let inputs = Inputs { parent: &parent, children: &children, related: &related, finalizing };
+                let answer = match self.sync.call(&self.family, inputs, &now()).await {
+                    Ok(answer) => answer,
+                    Err(problem) => return Err(self.sync_failed(&parent, problem)),
+                };
+                let desired = self.desired_children(&parent, &answer)?;
+                (answer, desired)
+            }
         };
-        let desired = self.desired_children(&parent, &answer)?;
         // While the garbage collector deletes a parent in the foreground (or orphans its children), the
         // children are its business: the hook is still asked, but nothing is written for them.
         let applied = match parent.metadata.deletion_timestamp.is_some() && gc_finalizing(&parent) {

@@ -8,6 +8,7 @@ pub mod children;
 pub mod decorate;
 pub mod finalizer;
 pub mod related;
+pub mod rolling;
 pub mod selector;
 pub mod status;
 

@@ -35,6 +35,7 @@ use tokio::sync::watch;
 
 use crate::cluster::resolve::Resolved;
 use crate::cluster::scope;
+use crate::controller::drive::changes::parent_print;
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError, uid};
 use crate::controller::rules::children::{
     Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector,
@@ -242,10 +243,28 @@ impl Watch {
             .modify(|parent| parent.meta_mut().managed_fields = None)
             .reflect(writer);
         let outage = self.outage(format!("{}s", ar.kind));
+        // With ignoreStatusChanges, what each parent last was, to tell a status write from a change.
+        let ignore_status = ctx.ignore_status_changes;
+        let mut prints: HashMap<String, u64> = HashMap::new();
         let parents = triggers(events, outage, move |seen| match seen {
-            Seen::Applied(parent) => vec![ObjectRef::from_obj_with(&parent, ar.clone())],
-            Seen::Listing(_) => Vec::new(),
+            Seen::Applied(parent) => {
+                let unchanged = ignore_status && {
+                    let print = parent_print(&parent.metadata, true);
+                    prints.insert(uid(&parent), print) == Some(print)
+                };
+                match unchanged {
+                    true => Vec::new(),
+                    false => vec![ObjectRef::from_obj_with(&parent, ar.clone())],
+                }
+            }
+            Seen::Listing(parent) => {
+                if ignore_status {
+                    prints.insert(uid(&parent), parent_print(&parent.metadata, true));
+                }
+                Vec::new()
+            }
             Seen::Deleted(parent) => {
+                prints.remove(&uid(&parent));
                 ctx.parent_gone(parent.metadata.uid.as_deref().unwrap_or_default());
                 Vec::new()
             }
