@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+import metacontroller
 import report
 import scenarios
 from kube import Api
@@ -22,6 +23,7 @@ PROFILES = {
         "restart": {"count": 1000, "reps": 5, "settle": 120},
         "sizing": {"sizes": [2000, 5000], "value_kib": 4},
         "hooks": {"count": 100, "sizes": [1000], "window": 60},
+        "metacontroller": {"count": 100, "size": 1000, "controllers": 10, "per_controller": 100, "window": 60},
     },
     "quick": {
         "idle": {"sizes": [100], "window": 15, "windows": 2},
@@ -32,6 +34,7 @@ PROFILES = {
         "restart": {"count": 300, "reps": 1, "settle": 60},
         "sizing": {"sizes": [300], "value_kib": 4},
         "hooks": {"count": 20, "sizes": [200], "window": 15},
+        "metacontroller": {"count": 20, "size": 200, "controllers": 10, "per_controller": 10, "window": 15},
     },
 }
 
@@ -76,7 +79,8 @@ def main():
     for name in only:
         t0 = time.monotonic()
         log(f"{name} ...")
-        results[name] = getattr(scenarios, name.replace("idle", "idle_cost"))(bench, **profile[name], log=log)
+        module = metacontroller if name == "metacontroller" else scenarios
+        results[name] = getattr(module, name.replace("idle", "idle_cost"))(bench, **profile[name], log=log)
         results["timings"][name] = time.monotonic() - t0
         results.setdefault("measured_on", {})[name] = {"commit": environment["commit"], "date": environment["date"]}
     if not merging:

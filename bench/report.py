@@ -95,7 +95,7 @@ def write(results, out):
 
     sections = [("idle", idle_section), ("reaction", reaction_section), ("convergence", convergence_section),
                 ("listing", listing_section), ("footprint", footprint_section), ("restart", restart_section),
-                ("sizing", sizing_section), ("hooks", hooks_section)]
+                ("sizing", sizing_section), ("hooks", hooks_section), ("metacontroller", metacontroller_section)]
     verdicts = []
     for name, section in sections:
         if name in results:
@@ -441,3 +441,52 @@ def hooks_section(results, w, verdicts, out):
                                 f"{cb['seconds']:.1f} s built in ({ch['seconds'] / cb['seconds']:.1f}x); idle with "
                                 f"--watch, {ch['idle_requests_per_min']:.0f} requests/min with the hook.")
     w("")
+
+
+def metacontroller_section(results, w, verdicts, out):
+    s = results["settings"]["metacontroller"]
+    data = results["metacontroller"]
+    w("## 9. metacontroller as a peer\n")
+    w("metacontroller v4.17.2, built from its source by `scripts/bench` and run out of the cluster with the "
+      "kubeconfig, against samplectl `reconcile --from-cluster --watch`, one at a time, on the same "
+      "CompositeController objects stored in the cluster and the same URL hook (the Sample sync of "
+      "`examples/hooks/sample/sync.py`, served over HTTP by the bench in one process). metacontroller runs "
+      f"with `{' '.join(data['metacontroller_args'])}`: its production arguments, with its own client "
+      "rate limit (5 requests/s, bursts of 10, unless told) lifted so that the engines are compared rather "
+      "than a throttle; both keep their default worker counts. The last row is samplectl's built-in Sample "
+      "sync (`reconcile --watch`), for what the URL hook costs. "
+      f"Reaction: {s['count']} Samples created one at a time, create returned -> ConfigMap seen. "
+      f"Convergence: {s['size']} Samples created in one burst, first create -> last Sample Ready. Idle: "
+      f"requests per minute the engine sent over {s['window']} s once converged (audit log, by user agent). "
+      f"Memory: resident once quiet after converging; with {s['controllers']} CompositeControllers over as "
+      f"many parent types, {s['per_controller']} parents each (+1 warm-up each), all converged."
+      f"{measured_on(results, 'metacontroller')}\n")
+    if "metacontroller" not in data.get("engines", []):
+        w("metacontroller was not measured in this run: `scripts/bench` found no checkout to build it from "
+          "(set `METACONTROLLER_SRC`).\n")
+    w(f"| engine | reaction p50 ms | p99 ms | {s['size']} converge s | idle requests/min | RSS MiB | "
+      f"{s['controllers']} controllers: converge s | RSS MiB |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|")
+    rows = {}
+    for engine in ("samplectl", "metacontroller", "built-in"):
+        d = data.get(engine)
+        if not d:
+            continue
+        lat = [x * 1000 for x in d["reaction"]]
+        ten = d.get("ten_controllers")
+        rows[engine] = (pct(lat, 50), pct(lat, 99), d["converge_seconds"], d["idle_requests_per_min"],
+                        d["rss_mib"], ten["seconds"] if ten else None, ten["rss_mib"] if ten else None)
+        name = {"samplectl": "samplectl, URL hook", "metacontroller": "metacontroller, URL hook",
+                "built-in": "samplectl, built-in sync"}[engine]
+        cells = [f"{v:.1f}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in rows[engine]]
+        w(f"| {name} | " + " | ".join(cells) + " |")
+    w("")
+    if "samplectl" in rows and "metacontroller" in rows:
+        a, b = rows["samplectl"], rows["metacontroller"]
+        names = ["reaction p50", "reaction p99", "convergence", "idle requests", "RSS", f"{s['controllers']}-controller "
+                 "convergence", f"{s['controllers']}-controller RSS"]
+        ahead = [n for n, x, y in zip(names, a, b) if x is not None and y is not None and x <= y]
+        behind = [n for n, x, y in zip(names, a, b) if x is not None and y is not None and x > y]
+        verdicts.append("metacontroller as a peer (aim: ahead on every row): samplectl ahead on "
+                        + (", ".join(ahead) or "none") + "; behind on " + (", ".join(behind) or "none") + ".")
+

@@ -149,7 +149,8 @@ def paused(pid_file):
 
 
 # How each client names itself in the User-Agent header; "none" stands for everyone but the bench.
-USER_AGENTS = {"loop": "original-loop/", "poll": "samplectl/", "watch": "samplectl/", "peer": "controller-runtime/"}
+USER_AGENTS = {"loop": "original-loop/", "poll": "samplectl/", "watch": "samplectl/", "peer": "controller-runtime/",
+               "metacontroller": "metacontroller/"}
 BENCH_AGENT = "samplectl-bench"
 
 

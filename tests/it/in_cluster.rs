@@ -618,3 +618,88 @@ fn health_and_metrics_answer_and_metrics_move() {
     assert!(after.contains("samplectl_api_requests_total{verb=\"create\",resource=\"configmaps\"} 1"), "{after}");
     drop(controller);
 }
+
+/// manifests/metacontroller/: the engine's ServiceAccount, with the aggregated ClusterRole (the base
+/// rules plus the example's own role for MyApps and their children), runs a CompositeController stored
+/// in the cluster with `--from-cluster`; without the example's role, the same run is refused with
+/// kubectl's words for it and exit 1.
+#[test]
+fn the_engine_manifests_run_a_stored_controller_with_their_own_rbac() {
+    let _cluster = crate::support::shared();
+    install_rbac();
+    samplectl(&["install-crd", "--metacontroller"]).success();
+    kubectl(&["apply", "-f", "examples/myapp/crd.yaml"]).success();
+    kubectl(&["wait", "--for=condition=Established", "crd/myapps.apps.example.com", "--timeout=30s"]).success();
+    let run = kubectl(&["apply", "-k", "manifests/metacontroller/", "--dry-run=server"]).success();
+    assert!(run.stdout.contains("deployment.apps/samplectl-engine"), "{}", run.stdout);
+    kubectl(&["apply", "-f", "manifests/metacontroller/rbac.yaml"]).success();
+
+    let ns = Namespace::new("engine-rbac");
+    let port = free_port();
+    let hook =
+        std::process::Command::new("python3").args(["examples/myapp/sync.py", "--serve", &port.to_string()]).spawn();
+    let _hook = Stopped(hook.unwrap());
+    let label = format!("engine-test={}", ns.0);
+    let controller = std::fs::read_to_string("examples/myapp/controller.yaml").unwrap();
+    let mut controller: serde_json::Value = serde_yaml::from_str(&controller).unwrap();
+    controller["metadata"]["name"] = ns.0.clone().into();
+    controller["metadata"]["labels"] = json!({"engine-test": ns.0});
+    let url = controller["spec"]["hooks"]["sync"]["webhook"]["url"].as_str().unwrap().to_owned();
+    controller["spec"]["hooks"]["sync"]["webhook"]["url"] =
+        url.replace("127.0.0.1:8010", &format!("127.0.0.1:{port}")).into();
+    crate::support::apply("default", &controller);
+    kubectl(&["apply", "-n", &ns.0, "-f", "examples/myapp/myapp.yaml"]).success();
+
+    let token =
+        kubectl(&["create", "token", "samplectl-engine", "-n", "samplectl-system"]).success().stdout.trim().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = crate::support::token_kubeconfig(dir.path(), "engine", &token);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let once = || {
+        samplectl_bare(&[
+            "--kubeconfig",
+            kubeconfig,
+            "reconcile",
+            "--from-cluster",
+            "--target-label-selector",
+            &label,
+            "-n",
+            &ns.0,
+            "--once",
+        ])
+    };
+    // Converged as far as a cluster without kubelets goes: the MyApp stays Progressing (no Pods), which
+    // `--once` reports with exit 1.
+    let run = eventually(Duration::from_secs(30), "a run with the engine's aggregated role", || {
+        let run = once();
+        match run.stderr.contains("is not Ready") && !run.stderr.to_lowercase().contains("forbidden") {
+            true => Ok(run),
+            false => Err(format!("{run:#?}")),
+        }
+    });
+    assert!(run.stderr.contains("engine-rbac") && run.stderr.contains("(Progressing)"), "{run:#?}");
+    let deployment = kubectl_json(&["get", "deployment", "shop", "-n", &ns.0]);
+    assert_eq!(deployment["metadata"]["ownerReferences"][0]["kind"], "MyApp");
+
+    kubectl(&["delete", "clusterrole", "samplectl-engine-myapp"]).success();
+    let refused = eventually(Duration::from_secs(30), "a run refused without the example's role", || {
+        let run = once();
+        match run.code {
+            1 => Ok(run),
+            _ => Err(format!("{run:#?}")),
+        }
+    });
+    assert!(refused.stderr.contains("is forbidden"), "{refused:#?}");
+    kubectl(&["apply", "-f", "manifests/metacontroller/rbac.yaml"]).success();
+    kubectl(&["delete", "compositecontroller", &ns.0]).success();
+}
+
+/// A child process, killed when dropped (the test's hook, even when the test fails).
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

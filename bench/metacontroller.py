@@ -1,0 +1,242 @@
+"""Scenario 9: metacontroller v4.17.2 as a peer. Both engines run the same CompositeController objects,
+stored in the cluster, with the same URL hook (examples/hooks/sample/sync.py served over HTTP by this
+module): samplectl as `reconcile --from-cluster --watch`, metacontroller as its own binary out of the
+cluster with the kubeconfig. One engine runs at a time. Rows: reaction time, convergence of n Samples
+created in a burst, requests per minute once converged, resident memory with ten controllers loaded; and
+samplectl's built-in Sample sync beside the same controller as a URL hook."""
+
+import concurrent.futures
+import datetime
+import http.server
+import importlib.util
+import json
+import os
+import subprocess
+import threading
+import time
+
+from kube import Watch, delete_namespace, fresh_namespace, is_ready, namespaced, sample_body, samples_path
+from procs import Proc
+from scenarios import Seen, audit_verbs
+
+HOOK_PORT = 18099
+HOOK_URL = f"http://127.0.0.1:{HOOK_PORT}/sync"
+CC = "/apis/metacontroller.k8s.io/v1alpha1/compositecontrollers"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# metacontroller limits its own client to 5 requests/s (bursts of 10) unless told otherwise; lifted here so
+# that the engines are compared, not a throttle (samplectl's client has none).
+METACONTROLLER_ARGS = ["--metrics-address=0", "--health-probe-bind-address=0", "--discovery-interval=20s",
+                       "--client-go-qps=1000", "--client-go-burst=1000", "--zap-log-level=info"]
+
+
+def _sample_sync():
+    spec = importlib.util.spec_from_file_location("sample_sync", "examples/hooks/sample/sync.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.sync
+
+
+class HookServer:
+    """The sample hook as a webhook, in this process, on threads."""
+
+    def __init__(self):
+        sync = _sample_sync()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = json.dumps(sync(request)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", HOOK_PORT), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def controller(name, group, version, plural):
+    return {"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": name},
+            "spec": {"parentResource": {"apiVersion": f"{group}/{version}", "resource": plural},
+                     "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                         "updateStrategy": {"method": "InPlace"}}],
+                     "hooks": {"sync": {"webhook": {"url": HOOK_URL}}}}}
+
+
+def kind_crd(i):
+    """One of the ten parent types of the memory row: like a Sample, any fields, a status subresource."""
+    plural = f"parents{i}"
+    return plural, {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.bench.example.com"},
+        "spec": {"group": "bench.example.com", "scope": "Namespaced",
+                 "names": {"kind": f"Parent{i}", "plural": plural, "singular": f"parent{i}"},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                                              "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+def start(bench, engine, ns, label):
+    if engine == "samplectl":
+        args = [bench.bins["samplectl"], "reconcile", "--from-cluster", "--watch", "-n", ns]
+    elif engine == "built-in":
+        args = [bench.bins["samplectl"], "reconcile", "--watch", "-n", ns]
+    else:
+        args = [bench.bins["metacontroller"], "--kubeconfig", bench.env["KUBECONFIG"], *METACONTROLLER_ARGS]
+    return Proc(args, bench.env, os.path.join(bench.log_dir, f"metacontroller-{label}.log"))
+
+
+def put_controllers(api, controllers):
+    """Stores exactly these CompositeControllers (by name), deleting any other."""
+    existing = api.request("GET", CC)["items"]
+    wanted = {c["metadata"]["name"] for c in controllers}
+    for cc in existing:
+        if cc["metadata"]["name"] not in wanted:
+            api.request("DELETE", f"{CC}/{cc['metadata']['name']}")
+    for cc in controllers:
+        api.apply(f"{CC}/{cc['metadata']['name']}", cc, "samplectl-bench")
+
+
+def engines(bench):
+    return ["samplectl", "metacontroller"] if "metacontroller" in bench.bins else ["samplectl"]
+
+
+def metacontroller(bench, count, size, controllers, per_controller, window, log):
+    if "metacontroller" not in bench.bins:
+        log("metacontroller: no binary (set METACONTROLLER_SRC to a v4.17.2 checkout); only samplectl is measured")
+    subprocess.run([bench.bins["samplectl"], "install-crd", "--metacontroller"], env=bench.env, check=True,
+                   stdout=subprocess.DEVNULL)
+    hook = HookServer()
+    out = {"engines": engines(bench), "metacontroller_args": METACONTROLLER_ARGS}
+    try:
+        put_controllers(bench.api, [controller("samples", "example.com", "v1alpha1", "samples")])
+        for engine in engines(bench) + ["built-in"]:
+            out[engine] = samples_rows(bench, engine, count, size, window, log)
+        put_controllers(bench.api, [])
+        for i in range(controllers):
+            plural, crd = kind_crd(i)
+            bench.api.apply(f"{CRDS}/{plural}.bench.example.com", crd, "samplectl-bench")
+        time.sleep(3)
+        put_controllers(bench.api, [controller(f"parents{i}", "bench.example.com", "v1", f"parents{i}")
+                                    for i in range(controllers)])
+        for engine in engines(bench):
+            out[engine]["ten_controllers"] = ten_controllers(bench, engine, controllers, per_controller, log)
+    finally:
+        put_controllers(bench.api, [])
+        hook.stop()
+    return out
+
+
+def samples_rows(bench, engine, count, size, window, log):
+    """Reaction (Samples created one at a time: create returned -> ConfigMap seen), then convergence of
+    `size` Samples created in a burst (-> all Ready), requests per minute after that, and memory."""
+    rows = {}
+    ns = f"bench-mc-react-{engine}"
+    fresh_namespace(bench.api, ns)
+    seen = Seen()
+    watch = Watch(bench.api, namespaced(ns, "configmaps"), seen)
+    watch.wait_listed()
+    proc = start(bench, engine, ns, f"reaction-{engine}")
+    bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
+    seen.wait("warm-up", timeout=180)
+    latencies = []
+    for i in range(count):
+        name = f"r-{i:03}"
+        bench.api.request("POST", samples_path(ns), sample_body(name, str(i)))
+        created = time.monotonic()
+        latencies.append(max(0.0, seen.wait(name, timeout=60) - created))
+    watch.stop()
+    proc.check_alive()
+    proc.stop()
+    delete_namespace(bench.api, ns)
+    rows["reaction"] = latencies
+    log(f"metacontroller scenario, {engine} reaction: median {sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms")
+
+    ns = f"bench-mc-converge-{engine}"
+    fresh_namespace(bench.api, ns)
+    ready = Seen(is_ready)
+    watch = Watch(bench.api, samples_path(ns), ready)
+    watch.wait_listed()
+    proc = start(bench, engine, ns, f"converge-{engine}")
+    bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
+    ready.wait("warm-up", timeout=180)
+    started = time.monotonic()
+    bench.create_samples(ns, [f"c-{i:05}" for i in range(size)])
+    rows["converge_seconds"] = ready.wait_count(size + 1, timeout=3600) - started
+    watch.stop()
+    proc.settle()
+    rows["idle_requests_per_min"] = idle_requests(bench, engine, window)
+    rows["rss_mib"] = proc.rss_mib()
+    rows["peak_rss_mib"] = proc.peak_rss_mib()
+    proc.check_alive()
+    proc.stop()
+    delete_namespace(bench.api, ns)
+    log(f"metacontroller scenario, {engine}: {size} converged in {rows['converge_seconds']:.1f}s; "
+        f"idle {rows['idle_requests_per_min']:.1f} requests/min; {rows['rss_mib']:.0f} MiB")
+    return rows
+
+
+def idle_requests(bench, engine, window):
+    """Requests per minute the engine sends while nothing changes, from the audit log (by user agent)."""
+    audit = os.path.join(bench.api.cluster_dir, "audit.log")
+    offset, start_at = os.path.getsize(audit), datetime.datetime.now(datetime.timezone.utc)
+    time.sleep(window)
+    end = datetime.datetime.now(datetime.timezone.utc)
+    with open(audit) as f:
+        f.seek(offset)
+        verbs = audit_verbs(f, "metacontroller" if engine == "metacontroller" else "watch", start_at, end)
+    return sum(verbs.values()) * 60.0 / (end - start_at).total_seconds()
+
+
+def ten_controllers(bench, engine, controllers, per_controller, log):
+    """`controllers` CompositeControllers over as many parent types, `per_controller` parents each, all
+    converged: resident memory once quiet, and how long they took."""
+    ns = f"bench-mc-ten-{engine}"
+    fresh_namespace(bench.api, ns)
+    for i in range(controllers):
+        path = namespaced(ns, f"parents{i}", "bench.example.com/v1")
+        bench.api.request("POST", path, {"apiVersion": "bench.example.com/v1", "kind": f"Parent{i}",
+                                         "metadata": {"name": "warm-up"}, "testString": "x"})
+    parents = [(i, j) for i in range(controllers) for j in range(per_controller)]
+
+    def create(pair):
+        i, j = pair
+        bench.api.request("POST", namespaced(ns, f"parents{i}", "bench.example.com/v1"),
+                          {"apiVersion": "bench.example.com/v1", "kind": f"Parent{i}",
+                           "metadata": {"name": f"p{i}-{j:04}"}, "testString": f"{i}/{j}"})
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(create, parents))
+    started = time.monotonic()
+    proc = start(bench, engine, ns, f"ten-{engine}")
+    total = len(parents) + controllers
+    deadline = time.monotonic() + 1800
+    while True:
+        have = len(bench.api.request("GET", namespaced(ns, "configmaps") + "?labelSelector=samples.example.com/name")
+                   ["items"])
+        if have >= total:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{engine}: {have} of {total} ConfigMaps")
+        proc.check_alive()
+        time.sleep(1)
+    took = time.monotonic() - started
+    proc.settle()
+    rss = proc.rss_mib()
+    proc.stop()
+    delete_namespace(bench.api, ns)
+    log(f"metacontroller scenario, {engine} with {controllers} controllers: {total} parents in {took:.1f}s, "
+        f"{rss:.0f} MiB")
+    return {"parents": total, "seconds": took, "rss_mib": rss}
