@@ -69,7 +69,9 @@ class HookServer:
 def controller(name, group, version, plural):
     return {"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
             "metadata": {"name": name},
-            "spec": {"parentResource": {"apiVersion": f"{group}/{version}", "resource": plural},
+            # The parents have no spec.selector, which metacontroller requires unless it makes one.
+            "spec": {"generateSelector": True,
+                     "parentResource": {"apiVersion": f"{group}/{version}", "resource": plural},
                      "childResources": [{"apiVersion": "v1", "resource": "configmaps",
                                          "updateStrategy": {"method": "InPlace"}}],
                      "hooks": {"sync": {"webhook": {"url": HOOK_URL}}}}}

@@ -117,6 +117,10 @@ impl Context {
         }
 
         let standing = rolling.rollout.step(&mut revisions, &order, children, &namespace, &latest_name);
+        match standing.reason {
+            "RolloutProgressing" => tracing::info!(outcome = "rollout", "{object}: rollout: {}", standing.message),
+            _ => tracing::debug!("{object}: rollout: {}: {}", standing.reason, standing.message),
+        }
         let desired = merged(&revisions, &rolling.rollout, &namespace);
         let mut status = answers[0].status.clone().unwrap_or(json!({}));
         set_updated(&mut status, &standing);
