@@ -11,6 +11,7 @@ import http.server
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -44,6 +45,12 @@ class HookServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                super().setup()
+                # Headers and body go out in two writes; without this, Nagle's algorithm holds the body
+                # for the client's delayed ACK (40 ms) on every call, whichever engine calls.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_POST(self):
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use super::define::api::{API_VERSION, COMPOSITE, DECORATOR};
 use super::define::from_object;
 use super::define::load::{Object, from_value};
+use super::drive::watch::hub::Hub;
 use super::engine::{Context, Definition};
 use super::reconciling::{Driving, Reconciling};
 use super::serve::health::Health;
@@ -54,6 +55,8 @@ struct State<'a> {
     fleet: &'a Fleet,
     metrics: &'a Arc<Metrics>,
     health: &'a Arc<Health>,
+    /// One set of watches for every controller object run.
+    hub: Arc<Hub>,
     running: HashMap<Key, Running>,
     /// Objects that could not be run, with their version, to try again.
     failed: HashMap<Key, ((String, i64), DynamicObject)>,
@@ -83,7 +86,7 @@ impl State<'_> {
                     definitions,
                     self.fleet.namespace.as_deref(),
                     self.fleet.driving,
-                    (self.metrics, self.health),
+                    (self.metrics, self.health, &self.hub),
                 );
                 let contexts: Vec<Arc<Context>> = reconciling.controllers.iter().map(|(c, _)| c.clone()).collect();
                 self.health.expect_more(contexts.len());
@@ -177,7 +180,9 @@ impl Fleet {
         let streams = apis
             .map(|(kind, api)| watcher(api, config.clone()).default_backoff().map(move |event| (kind, event)).boxed());
         let mut events = futures::stream::select_all(streams);
-        let mut state = State { conn, fleet: &self, metrics, health, running: HashMap::new(), failed: HashMap::new() };
+        let hub = Arc::new(Hub::new(conn.client.clone(), health.clone()));
+        let mut state =
+            State { conn, fleet: &self, metrics, health, hub, running: HashMap::new(), failed: HashMap::new() };
         let mut listing: HashMap<&'static str, HashSet<String>> = HashMap::new();
         let mut listed: HashSet<&'static str> = HashSet::new();
         let mut retry = tokio::time::interval(RETRY);
@@ -269,8 +274,9 @@ impl Fleet {
             }
         }
         health.expect(definitions.len());
-        let reconciling =
-            Reconciling::new(conn, definitions, self.namespace.as_deref(), self.driving, (metrics, health));
+        let hub = Arc::new(Hub::new(conn.client.clone(), health.clone()));
+        let shared = (metrics, health, &hub);
+        let reconciling = Reconciling::new(conn, definitions, self.namespace.as_deref(), self.driving, shared);
         if let Err(err) = reconciling.run(stop).await {
             problems.push(format!("{err:#}"));
         }

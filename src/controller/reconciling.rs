@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use super::drive::poll::Poll;
 use super::drive::watch::Watch;
+use super::drive::watch::hub::Hub;
 use super::engine::{Context, Definition};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
@@ -42,6 +43,8 @@ impl Driving {
 pub struct Reconciling {
     pub controllers: Vec<(Arc<Context>, Option<String>)>,
     driving: Driving,
+    /// The watches the controllers share (watch driver).
+    hub: Arc<Hub>,
 }
 
 impl Reconciling {
@@ -52,7 +55,7 @@ impl Reconciling {
         definitions: Vec<Definition>,
         namespace: Option<&str>,
         driving: Driving,
-        (metrics, health): (&Arc<Metrics>, &Arc<Health>),
+        (metrics, health, hub): (&Arc<Metrics>, &Arc<Health>, &Arc<Hub>),
     ) -> Self {
         let driver_name = driving.name();
         let mut controllers = Vec::new();
@@ -69,20 +72,20 @@ impl Reconciling {
             let ctx = Arc::new(Context::new(conn.client.clone(), definition, metrics.clone(), health.clone()));
             controllers.push((ctx, namespace));
         }
-        Reconciling { controllers, driving }
+        Reconciling { controllers, driving, hub: hub.clone() }
     }
 
     /// Runs every controller's driver until `stop`, or with `once` until each parent was reconciled
     /// once; then sends the Events still queued. With `once`, a parent not Ready fails the run.
     pub async fn run(self, stop: watch::Receiver<bool>) -> Result<()> {
-        let Reconciling { controllers, driving: Driving { driver, concurrency, once } } = self;
+        let Reconciling { controllers, driving: Driving { driver, concurrency, once }, hub } = self;
         let runs = controllers.into_iter().map(|(ctx, namespace)| {
-            let stop = stop.clone();
+            let (stop, hub) = (stop.clone(), hub.clone());
             async move {
                 let not_ready = match driver {
                     Driver::Watch { resync } => {
                         let resync = ctx.resync.unwrap_or(resync);
-                        let watch = Watch { ctx: ctx.clone(), namespace, concurrency, resync };
+                        let watch = Watch { ctx: ctx.clone(), hub, namespace, concurrency, resync };
                         watch.run(once, stop).await.map_err(anyhow::Error::from)
                     }
                     Driver::Poll { interval, resync } => {

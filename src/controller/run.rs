@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use super::crd::serves_samples;
 use super::define;
 use super::drive::observe;
+use super::drive::watch::hub::Hub;
 use super::fleet::Fleet;
 use super::leader::Election;
 use super::reconciling::{Driving, Reconciling};
@@ -72,7 +73,8 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     let (metrics, health) = start_serving(conn, &serve).await?;
     health.expect(definitions.len());
     let stop = stop_on_signal();
-    let reconciling = Reconciling::new(conn, definitions, namespace.as_deref(), driving, (&metrics, &health));
+    let hub = Arc::new(Hub::new(conn.client.clone(), health.clone()));
+    let reconciling = Reconciling::new(conn, definitions, namespace.as_deref(), driving, (&metrics, &health, &hub));
     let work = Work::Fixed(reconciling);
     let result = lead_or_run(conn, election, work, (metrics, health), stop, shutdown_timeout).await;
     tracing::info!("requests sent: {}", conn.requests.snapshot());

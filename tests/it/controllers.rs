@@ -1014,6 +1014,41 @@ fn ignore_status_changes_skips_status_only_writes() {
     }
 }
 
+/// Controllers in one process share one cached watch per resource, namespace and selector (as
+/// metacontroller shares its informers): two controllers whose children are ConfigMaps in one namespace
+/// list and watch the ConfigMaps they manage once between them (plus one metadata watch each of the other
+/// ConfigMaps, for conflicts), and each still gets its own children.
+#[test]
+fn controllers_in_one_process_share_their_watches() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-shared-watch");
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = manifest(
+        dir.path(),
+        "two.yaml",
+        &[
+            controller("first", "keepers", &hook.url, "v1", json!({})),
+            controller("second", "tallies", &hook.url, "v1", json!({})),
+        ],
+    );
+    apply(&ns.0, &parent("Keeper", "k", json!({})));
+    apply(&ns.0, &parent("Tally", "t", json!({})));
+    let run = Background::start(&["reconcile", "-f", &file, "-n", &ns.0, "--watch"]);
+    for (name, controller) in [("k", "first"), ("t", "second")] {
+        eventually(SOON, "each controller's child", || match configmap(&ns.0, name) {
+            Some(child) if child["data"]["controller"] == controller => Ok(()),
+            other => Err(format!("{other:?}")),
+        });
+    }
+    let (_, stderr) = run.stop("TERM", SOON);
+    let totals = stderr.lines().find(|l| l.contains("requests sent")).unwrap_or_default().to_owned();
+    // One shared list and watch of the labelled ConfigMaps, and one metadata list and watch of the others
+    // per controller: three of each, where unshared watches would make four.
+    assert!(totals.contains("list configmaps 3,") && totals.contains("watch configmaps 3,"), "{totals}");
+}
+
 /// Claiming as metacontroller claims, under Kubernetes' ControllerRef rules: with `generateSelector`
 /// every child is labelled `controller-uid`, and an orphan of a wanted name with that label is adopted;
 /// without it, an orphan the parent's own `spec.selector` takes is adopted. An orphan neither takes, or

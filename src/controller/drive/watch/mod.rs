@@ -14,6 +14,7 @@
 //! store has applied it, and after a relist every object the new store holds (as kube's shared-store path
 //! does). bench/UPSTREAM.md describes the fix to offer kube-runtime.
 
+pub mod hub;
 mod once;
 mod owners;
 mod triggers;
@@ -23,13 +24,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::stream::{BoxStream, SelectAll};
-use futures::{StreamExt, stream};
+use futures::{Stream, StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
@@ -41,6 +41,7 @@ use crate::controller::rules::children::{
     Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector,
 };
 use crate::controller::serve::health::Health;
+use hub::Hub;
 use once::Once;
 use owners::Owners;
 use triggers::{Outage, Seen, triggers};
@@ -48,6 +49,8 @@ use triggers::{Outage, Seen, triggers};
 /// The watch driver's settings.
 pub struct Watch {
     pub ctx: Arc<Context>,
+    /// The process's shared watches of parents and labelled children.
+    pub hub: Arc<Hub>,
     pub namespace: Option<String>,
     pub concurrency: u16,
     pub resync: Duration,
@@ -55,6 +58,7 @@ pub struct Watch {
 
 type ParentRef = ObjectRef<DynamicObject>;
 type Triggers = BoxStream<'static, ParentRef>;
+type WatchEvent = Result<watcher::Event<DynamicObject>, watcher::Error>;
 
 struct Shared {
     ctx: Arc<Context>,
@@ -109,10 +113,6 @@ impl Watch {
         self.namespace.as_deref().filter(|_| family.children[kind].namespaced && family.parent.namespaced)
     }
 
-    fn child_api(&self, kind: usize) -> Api<DynamicObject> {
-        scope::dynamic(self.ctx.client.clone(), &self.ctx.family.children[kind].ar, self.child_namespace(kind))
-    }
-
     fn child_metadata_api(&self, kind: usize) -> Api<PartialObjectMeta<DynamicObject>> {
         let ar = &self.ctx.family.children[kind].ar;
         scope::dynamic_metadata(self.ctx.client.clone(), ar, self.child_namespace(kind))
@@ -135,18 +135,13 @@ impl Watch {
     fn labelled_children(
         &self,
         kind: usize,
-        writer: Writer<DynamicObject>,
+        (store, events): (Store<DynamicObject>, impl Stream<Item = WatchEvent> + Send + 'static),
         parents: &Store<DynamicObject>,
         owners: &Arc<Mutex<Owners>>,
         listed: &watch::Sender<Vec<bool>>,
     ) -> Triggers {
         let (ctx, family, parents, owners, listed) =
             (self.ctx.clone(), self.ctx.family.clone(), parents.clone(), owners.clone(), listed.clone());
-        let store = writer.as_reader();
-        let events = watcher(self.child_api(kind), watcher::Config::default().labels(&managed_selector()))
-            .default_backoff()
-            .modify(|child| child.meta_mut().managed_fields = None)
-            .reflect(writer);
         let outage = self.outage(format!("{}s", family.children[kind].ar.kind));
         triggers(events, outage, move |seen| {
             let (object, deleted) = match seen {
@@ -231,17 +226,11 @@ impl Watch {
     /// in it and write (or read) its children through the API server instead.
     fn parents(
         &self,
-        writer: Writer<DynamicObject>,
+        (store, events): (Store<DynamicObject>, impl Stream<Item = WatchEvent> + Send + 'static),
         once: Option<Arc<Once>>,
         mut listed: watch::Receiver<Vec<bool>>,
     ) -> Triggers {
         let (ctx, ar) = (self.ctx.clone(), self.ctx.family.parent.ar.clone());
-        let store = writer.as_reader();
-        let api = scope::dynamic(self.ctx.client.clone(), &ar, self.namespace.as_deref());
-        let events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(|parent| parent.meta_mut().managed_fields = None)
-            .reflect(writer);
         let outage = self.outage(format!("{}s", ar.kind));
         // With ignoreStatusChanges, what each parent last was, to tell a status write from a change.
         let ignore_status = ctx.ignore_status_changes;
@@ -291,8 +280,8 @@ impl Watch {
     pub async fn run(&self, once: bool, stop: watch::Receiver<bool>) -> kube::Result<Option<Vec<String>>> {
         let family = self.ctx.family.clone();
         let ar = family.parent.ar.clone();
-        let parents_writer = Writer::new(ar.clone());
-        let parents = parents_writer.as_reader();
+        let parents_feed = self.hub.objects(&ar, self.namespace.as_deref(), "");
+        let parents = parents_feed.0.clone();
         let owners = Arc::new(Mutex::new(Owners::default()));
         let tracker = once.then(|| Arc::new(Once::new()));
 
@@ -300,13 +289,13 @@ impl Watch {
         let mut stores = Vec::new();
         let mut triggers: Vec<Triggers> = Vec::new();
         for kind in 0..family.children.len() {
-            let writer = Writer::new(family.children[kind].ar.clone());
-            stores.push(writer.as_reader());
-            triggers.push(self.labelled_children(kind, writer, &parents, &owners, &listed));
+            let feed = self.hub.objects(&family.children[kind].ar, self.child_namespace(kind), &managed_selector());
+            stores.push(feed.0.clone());
+            triggers.push(self.labelled_children(kind, feed, &parents, &owners, &listed));
             triggers.push(self.other_objects(kind, &parents));
         }
         triggers.push(self.related());
-        triggers.push(self.parents(parents_writer, tracker.clone(), listed_rx));
+        triggers.push(self.parents(parents_feed, tracker.clone(), listed_rx));
         let triggers = stream::select_all(triggers);
 
         let mut stop_on = stop.clone();

@@ -67,7 +67,7 @@ impl Outage {
         Outage { what, down: false, health: health.clone() }
     }
 
-    fn failed(&mut self, err: &watcher::Error) {
+    pub fn failed(&mut self, err: &watcher::Error) {
         match err {
             watcher::Error::InitialListFailed(e)
             | watcher::Error::WatchStartFailed(e)
@@ -82,7 +82,7 @@ impl Outage {
         tracing::debug!("watch of {}: {}", self.what, watch_error(err));
     }
 
-    fn listed(&mut self) {
+    pub fn listed(&mut self) {
         if std::mem::replace(&mut self.down, false) {
             tracing::info!("the watch of {} is back, and every {} has been looked at again", self.what, self.what);
         }
