@@ -217,7 +217,7 @@ def ten_controllers(bench, engine, controllers, per_controller, log):
     for i in range(controllers):
         path = namespaced(ns, f"parents{i}", "bench.example.com/v1")
         bench.api.request("POST", path, {"apiVersion": "bench.example.com/v1", "kind": f"Parent{i}",
-                                         "metadata": {"name": "warm-up"}, "testString": "x"})
+                                         "metadata": {"name": f"warm-up-{i}"}, "testString": "x"})
     parents = [(i, j) for i in range(controllers) for j in range(per_controller)]
 
     def create(pair):

@@ -116,7 +116,7 @@ impl Hook {
                     .with_native_roots()?
                     .https_or_http()
                     .enable_http1()
-                    .build();
+                    .wrap_connector(super::security::tcp());
                 Some(Client::builder(TokioExecutor::new()).build(https))
             }
         };

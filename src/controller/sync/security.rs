@@ -19,6 +19,15 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 /// The HTTPS-or-HTTP connector every URL hook is called through.
 pub type Https = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
 
+/// The TCP connector under a hook client: with TCP_NODELAY, as Go's net package sets it, so that a
+/// request written in two parts (a TLS record each) does not wait for the hook's delayed ACK.
+pub fn tcp() -> hyper_util::client::legacy::connect::HttpConnector {
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp
+}
+
 /// How long what was read from the cluster is used before it is read again.
 pub const REREAD: Duration = Duration::from_secs(30);
 
@@ -122,8 +131,11 @@ impl Secured {
                 builder.with_client_auth_cert(chain, key).map_err(|err| format!("clientTLS: {err}"))?
             }
         };
-        let https =
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http().enable_http1().build();
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(tcp());
         let header = match &self.security.auth {
             None => None,
             Some(Auth::Header { scheme, secret }) => {
