@@ -1,34 +1,73 @@
-//! One cached watch per resource, namespace and label selector for the whole process, however many
+//! One watch per resource, namespace and label selector for the whole process, however many
 //! controllers read it (as metacontroller shares its informers): two controllers with ConfigMap
 //! children in one namespace share one watch and one cache of them, two decorators of one type share
-//! the watch of that type. Each reader gets every event after the shared store has applied it, as its
-//! own watch would give it; one that joins late gets the store's content first as a complete list
-//! (`Init`, each object, `InitDone`), at once if the store holds a full list, or at the end of the list
-//! in progress. A feed stops when its last reader goes.
+//! the watch of that type, two customize hooks asking for Secrets share one watch of Secrets. Whole
+//! objects (`objects`) and metadata (`metadata`, kept without annotations and managed fields: readers
+//! only match names, owners and labels) are separate feeds. Each reader gets every event after the
+//! shared store has applied it, as its own watch would give it; one that joins late gets the store's
+//! content first as a complete list (`Init`, each object, `InitDone`), at once if the store holds a full
+//! list, or at the end of the list in progress. A feed stops when its last reader goes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use futures::{Stream, StreamExt, stream};
 use kube::Client;
-use kube::Resource;
-use kube::api::DynamicObject;
+use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, api::ObjectMeta};
+use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 use super::triggers::Outage;
-use crate::cluster::scope;
 use crate::controller::serve::health::Health;
 
-type Event = watcher::Event<DynamicObject>;
+/// What a feed carries: whole objects or their metadata, of a type discovery resolved.
+pub trait Fed:
+    Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// How the watch is named in the log, after the kind's plural.
+    const WHAT: &'static str;
+
+    /// Drops what no reader looks at, before the object is stored.
+    fn trim(&mut self);
+}
+
+impl Fed for DynamicObject {
+    const WHAT: &'static str = "";
+
+    fn trim(&mut self) {
+        self.metadata.managed_fields = None;
+    }
+}
+
+impl Fed for PartialObjectMeta<DynamicObject> {
+    const WHAT: &'static str = " (metadata)";
+
+    fn trim(&mut self) {
+        let ObjectMeta { managed_fields, annotations, .. } = &mut self.metadata;
+        (*managed_fields, *annotations) = (None, None);
+    }
+}
+
+type Event<K> = watcher::Event<K>;
+type Feeds<K> = Mutex<HashMap<Key, Weak<Feed<K>>>>;
 
 /// The process's shared watches.
 pub struct Hub {
     client: Client,
     health: Arc<Health>,
-    feeds: Mutex<HashMap<Key, Weak<Feed>>>,
+    objects: Feeds<DynamicObject>,
+    metadata: Feeds<PartialObjectMeta<DynamicObject>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -40,35 +79,40 @@ struct Key {
 }
 
 /// One running watch, its store and its readers; the watch is stopped when the feed is dropped.
-struct Feed {
-    store: Store<DynamicObject>,
-    state: Arc<Mutex<State>>,
+struct Feed<K: Fed> {
+    store: Store<K>,
+    state: Arc<Mutex<State<K>>>,
     task: tokio::task::AbortHandle,
 }
 
-impl Drop for Feed {
+impl<K: Fed> Drop for Feed<K> {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-#[derive(Default)]
-struct State {
+struct State<K> {
     /// The store has held a complete list at least once.
     listed: bool,
     /// A (re)list is in progress.
     listing: bool,
-    readers: Vec<Reader>,
+    readers: Vec<Reader<K>>,
 }
 
-struct Reader {
-    events: mpsc::UnboundedSender<Event>,
+impl<K> Default for State<K> {
+    fn default() -> Self {
+        State { listed: false, listing: false, readers: Vec::new() }
+    }
+}
+
+struct Reader<K> {
+    events: mpsc::UnboundedSender<Event<K>>,
     /// Joined during a list: gets the whole store at its end.
     waiting: bool,
 }
 
-impl State {
-    fn replay(store: &Store<DynamicObject>, reader: &Reader) {
+impl<K: Fed> State<K> {
+    fn replay(store: &Store<K>, reader: &Reader<K>) {
         let _ = reader.events.send(watcher::Event::Init);
         for object in store.state() {
             let _ = reader.events.send(watcher::Event::InitApply((*object).clone()));
@@ -77,7 +121,7 @@ impl State {
     }
 
     /// Hands one event (already applied to `store`) to every reader, and drops the readers gone.
-    fn dispatch(&mut self, store: &Store<DynamicObject>, event: &Event) {
+    fn dispatch(&mut self, store: &Store<K>, event: &Event<K>) {
         match event {
             watcher::Event::Init => self.listing = true,
             watcher::Event::InitDone => {
@@ -101,7 +145,7 @@ impl State {
 
 impl Hub {
     pub fn new(client: Client, health: Arc<Health>) -> Self {
-        Hub { client, health, feeds: Mutex::new(HashMap::new()) }
+        Hub { client, health, objects: Mutex::default(), metadata: Mutex::default() }
     }
 
     /// The objects of `ar` in `namespace` (all when `None`) with `labels` (a label selector, or empty):
@@ -111,7 +155,27 @@ impl Hub {
         ar: &ApiResource,
         namespace: Option<&str>,
         labels: &str,
-    ) -> (Store<DynamicObject>, impl Stream<Item = Result<Event, watcher::Error>> + Send + 'static) {
+    ) -> (Store<DynamicObject>, impl Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send + 'static) {
+        self.read(&self.objects, ar, namespace, labels)
+    }
+
+    /// The same for the objects' metadata only.
+    pub fn metadata(
+        &self,
+        ar: &ApiResource,
+        namespace: Option<&str>,
+        labels: &str,
+    ) -> impl Stream<Item = Result<Event<PartialObjectMeta<DynamicObject>>, watcher::Error>> + Send + 'static {
+        self.read(&self.metadata, ar, namespace, labels).1
+    }
+
+    fn read<K: Fed>(
+        &self,
+        feeds: &Feeds<K>,
+        ar: &ApiResource,
+        namespace: Option<&str>,
+        labels: &str,
+    ) -> (Store<K>, impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static) {
         let key = Key {
             api_version: ar.api_version.clone(),
             plural: ar.plural.clone(),
@@ -119,7 +183,7 @@ impl Hub {
             labels: labels.to_owned(),
         };
         let feed = {
-            let mut feeds = self.feeds.lock().unwrap_or_else(|e| e.into_inner());
+            let mut feeds = feeds.lock().unwrap_or_else(|e| e.into_inner());
             feeds.retain(|_, feed| feed.strong_count() > 0);
             match feeds.get(&key).and_then(Weak::upgrade) {
                 Some(feed) => feed,
@@ -148,22 +212,21 @@ impl Hub {
         (store, events.boxed())
     }
 
-    fn start(&self, ar: &ApiResource, key: &Key) -> Feed {
+    fn start<K: Fed>(&self, ar: &ApiResource, key: &Key) -> Feed<K> {
         let writer = Writer::new(ar.clone());
         let store = writer.as_reader();
-        let api = scope::dynamic(self.client.clone(), ar, key.namespace.as_deref());
+        let api: Api<K> = match key.namespace.as_deref() {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, ar),
+            None => Api::all_with(self.client.clone(), ar),
+        };
         let mut config = watcher::Config::default();
         if !key.labels.is_empty() {
             config = config.labels(&key.labels);
         }
         let state = Arc::new(Mutex::new(State::default()));
         let (shared, reader) = (state.clone(), store.clone());
-        let mut outage = Outage::new(format!("{}s", ar.kind), &self.health);
-        let mut events = watcher(api, config)
-            .default_backoff()
-            .modify(|object| object.meta_mut().managed_fields = None)
-            .reflect(writer)
-            .boxed();
+        let mut outage = Outage::new(format!("{}s{}", ar.kind, K::WHAT), &self.health);
+        let mut events = watcher(api, config).default_backoff().modify(K::trim).reflect(writer).boxed();
         let task = tokio::spawn(async move {
             while let Some(event) = events.next().await {
                 match event {
@@ -192,7 +255,7 @@ mod tests {
         DynamicObject::new(name, &ar).within("ns")
     }
 
-    fn names(events: &mut mpsc::UnboundedReceiver<Event>) -> Vec<String> {
+    fn names(events: &mut mpsc::UnboundedReceiver<Event<DynamicObject>>) -> Vec<String> {
         let mut seen = Vec::new();
         while let Ok(event) = events.try_recv() {
             seen.push(match event {
@@ -207,7 +270,7 @@ mod tests {
     }
 
     /// Feeds `event` through a store and the state, as the feed's task does.
-    fn feed(writer: &mut Writer<DynamicObject>, state: &mut State, event: Event) {
+    fn feed(writer: &mut Writer<DynamicObject>, state: &mut State<DynamicObject>, event: Event<DynamicObject>) {
         writer.apply_watcher_event(&event);
         state.dispatch(&writer.as_reader(), &event);
     }

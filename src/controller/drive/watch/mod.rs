@@ -26,15 +26,14 @@ use std::time::Duration;
 use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DynamicObject, PartialObjectMeta};
+use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::cluster::resolve::Resolved;
-use crate::cluster::scope;
 use crate::controller::drive::changes::parent_print;
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError, uid};
 use crate::controller::rules::children::{
@@ -113,11 +112,6 @@ impl Watch {
         self.namespace.as_deref().filter(|_| family.children[kind].namespaced && family.parent.namespaced)
     }
 
-    fn child_metadata_api(&self, kind: usize) -> Api<PartialObjectMeta<DynamicObject>> {
-        let ar = &self.ctx.family.children[kind].ar;
-        scope::dynamic_metadata(self.ctx.client.clone(), ar, self.child_namespace(kind))
-    }
-
     fn outage(&self, what: String) -> Outage {
         Outage::new(what, &self.ctx.health)
     }
@@ -177,8 +171,7 @@ impl Watch {
     fn other_objects(&self, kind: usize, parents: &Store<DynamicObject>) -> Triggers {
         let (ctx, family, parents) = (self.ctx.clone(), self.ctx.family.clone(), parents.clone());
         let unlabelled = format!("{MANAGED_BY_LABEL}!={MANAGED_BY}");
-        let events =
-            watcher(self.child_metadata_api(kind), watcher::Config::default().labels(&unlabelled)).default_backoff();
+        let events = self.hub.metadata(&family.children[kind].ar, self.child_namespace(kind), &unlabelled);
         let outage = self.outage(format!("other {}s", family.children[kind].ar.kind));
         triggers(events, outage, move |seen| match seen {
             Seen::Applied(meta) | Seen::Deleted(meta) => Self::blocked(&ctx, &family, kind, &meta.metadata),
@@ -192,11 +185,11 @@ impl Watch {
     /// object as it is now or as it was before (its labels may have taken it out); a relist, every parent
     /// with a rule on the type, since an object deleted while the watch was down leaves no event.
     fn related(&self) -> Triggers {
-        let (ctx, health) = (self.ctx.clone(), self.ctx.health.clone());
+        let (ctx, hub, health) = (self.ctx.clone(), self.hub.clone(), self.ctx.health.clone());
         let types = self.ctx.related.types();
         let state = (types, SelectAll::<Triggers>::new(), Vec::<Resolved>::new());
         stream::unfold(state, move |(mut types, mut watches, mut watching)| {
-            let (ctx, health) = (ctx.clone(), health.clone());
+            let (ctx, hub, health) = (ctx.clone(), hub.clone(), health.clone());
             async move {
                 loop {
                     let wanted = types.borrow_and_update().clone();
@@ -205,7 +198,7 @@ impl Watch {
                             .iter()
                             .any(|w| w.ar.api_version == resolved.ar.api_version && w.ar.kind == resolved.ar.kind);
                         if !known {
-                            watches.push(related_watch(&ctx, &health, &resolved));
+                            watches.push(related_watch(&ctx, &hub, &health, &resolved));
                             watching.push(resolved);
                         }
                     }
@@ -347,9 +340,8 @@ impl Watch {
 }
 
 /// The triggers from one related type's metadata watch, across the cluster.
-fn related_watch(ctx: &Arc<Context>, health: &Arc<Health>, resolved: &Resolved) -> Triggers {
-    let api = scope::dynamic_metadata(ctx.client.clone(), &resolved.ar, None);
-    let events = watcher(api, watcher::Config::default()).default_backoff();
+fn related_watch(ctx: &Arc<Context>, hub: &Arc<Hub>, health: &Arc<Health>, resolved: &Resolved) -> Triggers {
+    let events = hub.metadata(&resolved.ar, None, "");
     let outage = Outage::new(format!("related {}s", resolved.ar.kind), health);
     let (ctx, resolved) = (ctx.clone(), resolved.clone());
     let parent_ar = ctx.family.parent.ar.clone();
