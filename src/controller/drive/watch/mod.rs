@@ -288,8 +288,14 @@ impl Watch {
             triggers.push(self.other_objects(kind, &parents));
         }
         triggers.push(self.related());
+        let all_listed = listed_rx.clone();
         triggers.push(self.parents(parents_feed, tracker.clone(), listed_rx));
-        let triggers = stream::select_all(triggers);
+        // Nothing is reconciled before every child cache holds its first full list: the shared parent
+        // cache fills on its own, so a conflict watch's or one child type's first list could otherwise
+        // trigger parents whose children are not cached yet (and they would be created again). What is
+        // dropped here is not lost: once all are listed, the parents' stream triggers every parent.
+        let triggers = stream::select_all(triggers)
+            .filter(move |_| futures::future::ready(all_listed.borrow().iter().all(|listed| *listed)));
 
         let mut stop_on = stop.clone();
         let mut done = tracker.as_ref().map(|t| t.done());
