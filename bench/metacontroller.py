@@ -16,9 +16,9 @@ import subprocess
 import threading
 import time
 
-from kube import Watch, delete_namespace, fresh_namespace, is_ready, namespaced, sample_body, samples_path
+from kube import delete_namespace, fresh_namespace, namespaced
 from procs import Proc
-from scenarios import Seen, audit_verbs
+from scenarios import audit_verbs, burst, one_at_a_time
 
 HOOK_PORT = 18099
 HOOK_URL = f"http://127.0.0.1:{HOOK_PORT}/sync"
@@ -152,39 +152,14 @@ def samples_rows(bench, engine, count, size, window, log):
     """Reaction (Samples created one at a time: create returned -> ConfigMap seen), then convergence of
     `size` Samples created in a burst (-> all Ready), requests per minute after that, and memory."""
     rows = {}
-    ns = f"bench-mc-react-{engine}"
-    fresh_namespace(bench.api, ns)
-    seen = Seen()
-    watch = Watch(bench.api, namespaced(ns, "configmaps"), seen)
-    watch.wait_listed()
-    proc = start(bench, engine, ns, f"reaction-{engine}")
-    bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
-    seen.wait("warm-up", timeout=180)
-    latencies = []
-    for i in range(count):
-        name = f"r-{i:03}"
-        bench.api.request("POST", samples_path(ns), sample_body(name, str(i)))
-        created = time.monotonic()
-        latencies.append(max(0.0, seen.wait(name, timeout=60) - created))
-    watch.stop()
-    proc.check_alive()
-    proc.stop()
-    delete_namespace(bench.api, ns)
-    rows["reaction"] = latencies
+    rows["reaction"] = one_at_a_time(bench, f"bench-mc-react-{engine}", count,
+                                     lambda ns: start(bench, engine, ns, f"reaction-{engine}"), warm_up_timeout=180)
+    latencies = rows["reaction"]
     log(f"metacontroller scenario, {engine} reaction: median {sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms")
 
     ns = f"bench-mc-converge-{engine}"
-    fresh_namespace(bench.api, ns)
-    ready = Seen(is_ready)
-    watch = Watch(bench.api, samples_path(ns), ready)
-    watch.wait_listed()
-    proc = start(bench, engine, ns, f"converge-{engine}")
-    bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
-    ready.wait("warm-up", timeout=180)
-    started = time.monotonic()
-    bench.create_samples(ns, [f"c-{i:05}" for i in range(size)])
-    rows["converge_seconds"] = ready.wait_count(size + 1, timeout=3600) - started
-    watch.stop()
+    rows["converge_seconds"], proc = burst(bench, ns, size, lambda ns: start(bench, engine, ns, f"converge-{engine}"),
+                                           warm_up_timeout=180)
     proc.settle()
     rows["idle_requests_per_min"] = idle_requests(bench, engine, window)
     rows["rss_mib"] = proc.rss_mib()

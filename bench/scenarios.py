@@ -577,6 +577,48 @@ SAMPLE_HOOK = ["--gvr", "example.com/v1alpha1/samples", "--child", "v1/configmap
 HOOK_SETUPS = [("built-in", []), ("hook", SAMPLE_HOOK)]
 
 
+def one_at_a_time(bench, ns, count, start, warm_up_timeout=120):
+    """Reaction in a fresh namespace `ns`: the controller `start(ns)` gives, one warm-up Sample, then `count`
+    Samples created one at a time, each timed from its create returning to its ConfigMap seen by the bench's
+    own watch. The namespace is deleted after; returns the latencies in seconds."""
+    fresh_namespace(bench.api, ns)
+    seen = Seen()
+    watch = Watch(bench.api, namespaced(ns, "configmaps"), seen)
+    watch.wait_listed()
+    proc = start(ns)
+    bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
+    seen.wait("warm-up", timeout=warm_up_timeout)
+    latencies = []
+    for i in range(count):
+        name = f"r-{i:03}"
+        bench.api.request("POST", samples_path(ns), sample_body(name, str(i)))
+        created = time.monotonic()
+        latencies.append(max(0.0, seen.wait(name, timeout=60) - created))
+    watch.stop()
+    proc.check_alive()
+    proc.stop()
+    delete_namespace(bench.api, ns)
+    return latencies
+
+
+def burst(bench, ns, n, start, warm_up_timeout=120):
+    """Convergence in a fresh namespace `ns`: the controller `start(ns)` gives, one warm-up Sample Ready, then
+    `n` Samples created in one burst; returns the seconds until all are Ready and the controller, still
+    running, for the caller to measure and stop (and the namespace to delete)."""
+    fresh_namespace(bench.api, ns)
+    ready = Seen(is_ready)
+    watch = Watch(bench.api, samples_path(ns), ready)
+    watch.wait_listed()
+    proc = start(ns)
+    bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
+    ready.wait("warm-up", timeout=warm_up_timeout)
+    started = time.monotonic()
+    bench.create_samples(ns, [f"c-{i:05}" for i in range(n)])
+    done = ready.wait_count(n + 1, timeout=3600) - started
+    watch.stop()
+    return done, proc
+
+
 def hook_call_ms(runs=20):
     """What one call of the sample hook costs on its own: a Python process started, fed one request, read."""
     request = json.dumps({"parent": {"apiVersion": "example.com/v1alpha1", "kind": "Sample",
@@ -600,40 +642,16 @@ def hooks(bench, count, sizes, window, log):
     log(f"hooks: one call of the sample hook, median {sorted(out['call_ms'])[len(out['call_ms']) // 2]:.1f} ms")
     audit = os.path.join(bench.api.cluster_dir, "audit.log")
     for label, extra in HOOK_SETUPS:
-        ns = f"bench-hook-react-{label}"
-        fresh_namespace(bench.api, ns)
-        seen = Seen()
-        watch = Watch(bench.api, namespaced(ns, "configmaps"), seen)
-        watch.wait_listed()
-        proc = bench.start("watch", ns, f"hooks-reaction-{label}", extra=extra)
-        bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
-        seen.wait("warm-up", timeout=120)
-        latencies = []
-        for i in range(count):
-            name = f"r-{i:03}"
-            bench.api.request("POST", samples_path(ns), sample_body(name, str(i)))
-            created = time.monotonic()
-            latencies.append(max(0.0, seen.wait(name, timeout=60) - created))
-        watch.stop()
-        proc.check_alive()
-        proc.stop()
-        delete_namespace(bench.api, ns)
+        latencies = one_at_a_time(
+            bench, f"bench-hook-react-{label}", count,
+            lambda ns: bench.start("watch", ns, f"hooks-reaction-{label}", extra=extra))
         out[f"reaction/{label}"] = latencies
         log(f"hooks reaction {label}: median {sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms")
 
         for n in sizes:
             ns = f"bench-hook-converge-{n}-{label}"
-            fresh_namespace(bench.api, ns)
-            ready = Seen(is_ready)
-            watch = Watch(bench.api, samples_path(ns), ready)
-            watch.wait_listed()
-            proc = bench.start("watch", ns, f"hooks-converge-{n}-{label}", extra=extra)
-            bench.api.request("POST", samples_path(ns), sample_body("warm-up", "x"))
-            ready.wait("warm-up", timeout=120)
-            started = time.monotonic()
-            bench.create_samples(ns, [f"c-{i:05}" for i in range(n)])
-            done = ready.wait_count(n + 1, timeout=3600) - started
-            watch.stop()
+            done, proc = burst(bench, ns, n, lambda ns: bench.start("watch", ns, f"hooks-converge-{n}-{label}",
+                                                                    extra=extra))
             time.sleep(5)
             offset, start = os.path.getsize(audit), datetime.datetime.now(datetime.timezone.utc)
             time.sleep(window)

@@ -20,10 +20,7 @@ where
 /// A schema-less `Api` for the discovered resource `ar`, in `namespace` or across all of them (which is
 /// also how a cluster-scoped resource is reached).
 pub fn dynamic(client: Client, ar: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
-    match namespace {
-        Some(ns) => Api::namespaced_with(client, ns, ar),
-        None => Api::all_with(client, ar),
-    }
+    discovered(client, ar, namespace)
 }
 
 /// The metadata-only `Api` (PartialObjectMeta) for `ar`, in one namespace or all of them: for watches that
@@ -33,6 +30,14 @@ pub fn dynamic_metadata(
     ar: &ApiResource,
     namespace: Option<&str>,
 ) -> Api<kube::core::PartialObjectMeta<DynamicObject>> {
+    discovered(client, ar, namespace)
+}
+
+/// Either of the above: an `Api` of any object type whose resource discovery resolved.
+pub fn discovered<K>(client: Client, ar: &ApiResource, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+{
     match namespace {
         Some(ns) => Api::namespaced_with(client, ns, ar),
         None => Api::all_with(client, ar),

@@ -19,7 +19,7 @@ mod status;
 pub mod written;
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -351,7 +351,7 @@ impl Context {
                     Ok(answer) => answer,
                     Err(problem) => return Err(self.sync_failed(&parent, problem)),
                 };
-                let desired = self.desired_children(&parent, &answer)?;
+                let desired = self.desired_children(&parent, &answer)?.into_iter().collect();
                 (answer, desired)
             }
         };
@@ -417,14 +417,15 @@ impl Context {
         Ok(Done { outcome, resync_after: answer.resync_after, wrote })
     }
 
-    /// The children the sync answered, each checked and marked as the parent's; the whole answer is
-    /// refused if one of them cannot be, or one is answered twice.
+    /// The children the sync answered, each checked and marked as the parent's, in the answer's order; the
+    /// whole answer is refused if one of them cannot be, or one is answered twice.
     fn desired_children(
         &self,
         parent: &DynamicObject,
         answer: &Answer,
-    ) -> Result<BTreeMap<ChildKey, Value>, ReconcileError> {
-        let mut desired = BTreeMap::new();
+    ) -> Result<Vec<(ChildKey, Value)>, ReconcileError> {
+        let mut desired = Vec::new();
+        let mut seen = HashSet::new();
         for child in &answer.children {
             let (key, mut body) = self.family.own(parent, child).map_err(|problem| {
                 self.sync_failed(parent, format!("{} answered a child samplectl refuses: {problem}", self.sync.name()))
@@ -438,10 +439,11 @@ impl Context {
             if self.sync.shape() == Shape::Decorator {
                 body["metadata"]["annotations"][DECORATOR_ANNOTATION] = self.name.clone().into();
             }
-            if desired.insert(key.clone(), body).is_some() {
+            if !seen.insert(key.clone()) {
                 let kind = &self.family.children[key.kind].ar.kind;
                 return Err(self.sync_failed(parent, format!("{} answered {kind} {key} twice", self.sync.name())));
             }
+            desired.push((key, body));
         }
         Ok(desired)
     }

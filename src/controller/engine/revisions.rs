@@ -107,13 +107,12 @@ impl Context {
             answers.push(answer.map_err(|problem| self.sync_failed(parent, problem))?);
         }
         let mut order = Vec::new();
-        for (revision, answer) in revisions.iter_mut().zip(&answers) {
-            revision.desired = self.desired_children(parent, answer)?;
-        }
-        for child in &answers[0].children {
-            if let Ok((key, _)) = self.family.own(parent, child) {
-                order.push(key);
+        for (position, (revision, answer)) in revisions.iter_mut().zip(&answers).enumerate() {
+            let desired = self.desired_children(parent, answer)?;
+            if position == 0 {
+                order = desired.iter().map(|(key, _)| key.clone()).collect();
             }
+            revision.desired = desired.into_iter().collect();
         }
 
         let standing = rolling.rollout.step(&mut revisions, &order, children, &namespace, &latest_name);

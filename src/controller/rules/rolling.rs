@@ -145,8 +145,7 @@ impl Rollout {
         namespace: &str,
         latest_name: &str,
     ) -> Standing {
-        let claimed = self.sync_claims(revisions);
-        let mut claimed = claimed;
+        let mut claimed = self.sync_claims(revisions);
         let key =
             |index: usize, name: &str| ChildKey { kind: index, namespace: namespace.to_owned(), name: name.into() };
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use futures::{Stream, StreamExt, stream};
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{Store, store::Writer};
@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
 use super::triggers::Outage;
+use crate::cluster::scope;
 use crate::controller::serve::health::Health;
 
 /// What a feed carries: whole objects or their metadata, of a type discovery resolved.
@@ -149,13 +150,14 @@ impl Hub {
     }
 
     /// The objects of `ar` in `namespace` (all when `None`) with `labels` (a label selector, or empty):
-    /// the shared store, and this reader's events.
+    /// the shared store, and this reader's events. The watch's failures are the feed's to report (once,
+    /// to the log and the probes), not each reader's.
     pub fn objects(
         &self,
         ar: &ApiResource,
         namespace: Option<&str>,
         labels: &str,
-    ) -> (Store<DynamicObject>, impl Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send + 'static) {
+    ) -> (Store<DynamicObject>, impl Stream<Item = Event<DynamicObject>> + Send + 'static) {
         self.read(&self.objects, ar, namespace, labels)
     }
 
@@ -165,7 +167,7 @@ impl Hub {
         ar: &ApiResource,
         namespace: Option<&str>,
         labels: &str,
-    ) -> impl Stream<Item = Result<Event<PartialObjectMeta<DynamicObject>>, watcher::Error>> + Send + 'static {
+    ) -> impl Stream<Item = Event<PartialObjectMeta<DynamicObject>>> + Send + 'static {
         self.read(&self.metadata, ar, namespace, labels).1
     }
 
@@ -175,7 +177,7 @@ impl Hub {
         ar: &ApiResource,
         namespace: Option<&str>,
         labels: &str,
-    ) -> (Store<K>, impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static) {
+    ) -> (Store<K>, impl Stream<Item = Event<K>> + Send + 'static) {
         let key = Key {
             api_version: ar.api_version.clone(),
             plural: ar.plural.clone(),
@@ -207,7 +209,7 @@ impl Hub {
         // The reader holds the feed: the watch runs as long as someone reads it.
         let events = stream::unfold((receiver, feed), |(mut receiver, feed)| async move {
             let event = receiver.recv().await?;
-            Some((Ok(event), (receiver, feed)))
+            Some((event, (receiver, feed)))
         });
         (store, events.boxed())
     }
@@ -215,10 +217,7 @@ impl Hub {
     fn start<K: Fed>(&self, ar: &ApiResource, key: &Key) -> Feed<K> {
         let writer = Writer::new(ar.clone());
         let store = writer.as_reader();
-        let api: Api<K> = match key.namespace.as_deref() {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, ar),
-            None => Api::all_with(self.client.clone(), ar),
-        };
+        let api = scope::discovered::<K>(self.client.clone(), ar, key.namespace.as_deref());
         let mut config = watcher::Config::default();
         if !key.labels.is_empty() {
             config = config.labels(&key.labels);

@@ -39,11 +39,10 @@ use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, Reconc
 use crate::controller::rules::children::{
     Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector,
 };
-use crate::controller::serve::health::Health;
 use hub::Hub;
 use once::Once;
 use owners::Owners;
-use triggers::{Outage, Seen, triggers};
+use triggers::{Seen, triggers};
 
 /// The watch driver's settings.
 pub struct Watch {
@@ -57,7 +56,7 @@ pub struct Watch {
 
 type ParentRef = ObjectRef<DynamicObject>;
 type Triggers = BoxStream<'static, ParentRef>;
-type WatchEvent = Result<watcher::Event<DynamicObject>, watcher::Error>;
+type WatchEvent = watcher::Event<DynamicObject>;
 
 struct Shared {
     ctx: Arc<Context>,
@@ -112,10 +111,6 @@ impl Watch {
         self.namespace.as_deref().filter(|_| family.children[kind].namespaced && family.parent.namespaced)
     }
 
-    fn outage(&self, what: String) -> Outage {
-        Outage::new(what, &self.ctx.health)
-    }
-
     /// The parents blocked by the object of child type `kind` that `meta` describes.
     fn blocked(ctx: &Context, family: &Family, kind: usize, meta: &ObjectMeta) -> Vec<ParentRef> {
         let key = family.key(kind, meta);
@@ -136,8 +131,7 @@ impl Watch {
     ) -> Triggers {
         let (ctx, family, parents, owners, listed) =
             (self.ctx.clone(), self.ctx.family.clone(), parents.clone(), owners.clone(), listed.clone());
-        let outage = self.outage(format!("{}s", family.children[kind].ar.kind));
-        triggers(events, outage, move |seen| {
+        triggers(events, move |seen| {
             let (object, deleted) = match seen {
                 Seen::Applied(object) => (object, false),
                 Seen::Deleted(object) => (object, true),
@@ -172,8 +166,7 @@ impl Watch {
         let (ctx, family, parents) = (self.ctx.clone(), self.ctx.family.clone(), parents.clone());
         let unlabelled = format!("{MANAGED_BY_LABEL}!={MANAGED_BY}");
         let events = self.hub.metadata(&family.children[kind].ar, self.child_namespace(kind), &unlabelled);
-        let outage = self.outage(format!("other {}s", family.children[kind].ar.kind));
-        triggers(events, outage, move |seen| match seen {
+        triggers(events, move |seen| match seen {
             Seen::Applied(meta) | Seen::Deleted(meta) => Self::blocked(&ctx, &family, kind, &meta.metadata),
             Seen::Listing(_) => Vec::new(),
             Seen::Listed => every_parent(&parents, &family.parent.ar),
@@ -185,11 +178,11 @@ impl Watch {
     /// object as it is now or as it was before (its labels may have taken it out); a relist, every parent
     /// with a rule on the type, since an object deleted while the watch was down leaves no event.
     fn related(&self) -> Triggers {
-        let (ctx, hub, health) = (self.ctx.clone(), self.hub.clone(), self.ctx.health.clone());
+        let (ctx, hub) = (self.ctx.clone(), self.hub.clone());
         let types = self.ctx.related.types();
         let state = (types, SelectAll::<Triggers>::new(), Vec::<Resolved>::new());
         stream::unfold(state, move |(mut types, mut watches, mut watching)| {
-            let (ctx, hub, health) = (ctx.clone(), hub.clone(), health.clone());
+            let (ctx, hub) = (ctx.clone(), hub.clone());
             async move {
                 loop {
                     let wanted = types.borrow_and_update().clone();
@@ -198,7 +191,7 @@ impl Watch {
                             .iter()
                             .any(|w| w.ar.api_version == resolved.ar.api_version && w.ar.kind == resolved.ar.kind);
                         if !known {
-                            watches.push(related_watch(&ctx, &hub, &health, &resolved));
+                            watches.push(related_watch(&ctx, &hub, &resolved));
                             watching.push(resolved);
                         }
                     }
@@ -224,11 +217,10 @@ impl Watch {
         mut listed: watch::Receiver<Vec<bool>>,
     ) -> Triggers {
         let (ctx, ar) = (self.ctx.clone(), self.ctx.family.parent.ar.clone());
-        let outage = self.outage(format!("{}s", ar.kind));
         // With ignoreStatusChanges, what each parent last was, to tell a status write from a change.
         let ignore_status = ctx.ignore_status_changes;
         let mut prints: HashMap<String, u64> = HashMap::new();
-        let parents = triggers(events, outage, move |seen| match seen {
+        let parents = triggers(events, move |seen| match seen {
             Seen::Applied(parent) => {
                 let unchanged = ignore_status && {
                     let print = parent_print(&parent.metadata, true);
@@ -346,9 +338,8 @@ impl Watch {
 }
 
 /// The triggers from one related type's metadata watch, across the cluster.
-fn related_watch(ctx: &Arc<Context>, hub: &Arc<Hub>, health: &Arc<Health>, resolved: &Resolved) -> Triggers {
+fn related_watch(ctx: &Arc<Context>, hub: &Arc<Hub>, resolved: &Resolved) -> Triggers {
     let events = hub.metadata(&resolved.ar, None, "");
-    let outage = Outage::new(format!("related {}s", resolved.ar.kind), health);
     let (ctx, resolved) = (ctx.clone(), resolved.clone());
     let parent_ar = ctx.family.parent.ar.clone();
     // What each object looked like last (its place and labels), to trigger the parents that selected it
@@ -361,7 +352,7 @@ fn related_watch(ctx: &Arc<Context>, hub: &Arc<Hub>, health: &Arc<Health>, resol
         labels: meta.labels.clone(),
         ..ObjectMeta::default()
     };
-    triggers(events, outage, move |seen| {
+    triggers(events, move |seen| {
         let (meta, deleted) = match seen {
             Seen::Applied(meta) => (Some(meta.metadata), false),
             Seen::Deleted(meta) => (Some(meta.metadata), true),

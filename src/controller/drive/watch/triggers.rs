@@ -1,7 +1,7 @@
 //! The one adaptor from a watch to parent triggers, used by the parents' watch and every child watch:
-//! failures go to the outage report (and /healthz), the end of each (re)list and each applied or deleted
-//! object to the watch's own rule for which parents that concerns. The events arrive after the watch's
-//! store (if it has one) has taken them in, so a trigger never runs ahead of the store.
+//! the end of each (re)list and each applied or deleted object go to the watch's own rule for which
+//! parents that concerns. The events arrive after the watch's store has taken them in, so a trigger never
+//! runs ahead of the store. `Outage` reports a watch's failures (for the hub's feeds, once per feed).
 
 use std::sync::Arc;
 
@@ -22,32 +22,21 @@ pub enum Seen<K> {
 }
 
 /// The parents `on` names for each thing the watch `events` sees, as one stream.
-pub fn triggers<K, S>(
-    events: S,
-    mut outage: Outage,
-    mut on: impl FnMut(Seen<K>) -> Vec<ParentRef> + Send + 'static,
-) -> Triggers
+pub fn triggers<K, S>(events: S, mut on: impl FnMut(Seen<K>) -> Vec<ParentRef> + Send + 'static) -> Triggers
 where
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    S: Stream<Item = watcher::Event<K>> + Send + 'static,
     K: Send + 'static,
 {
     events
-        .filter_map(move |event| {
+        .map(move |event| {
             let triggers = match event {
-                Err(err) => {
-                    outage.failed(&err);
-                    Vec::new()
-                }
-                Ok(watcher::Event::Apply(object)) => on(Seen::Applied(object)),
-                Ok(watcher::Event::Delete(object)) => on(Seen::Deleted(object)),
-                Ok(watcher::Event::InitDone) => {
-                    outage.listed();
-                    on(Seen::Listed)
-                }
-                Ok(watcher::Event::InitApply(object)) => on(Seen::Listing(object)),
-                Ok(watcher::Event::Init) => Vec::new(),
+                watcher::Event::Apply(object) => on(Seen::Applied(object)),
+                watcher::Event::Delete(object) => on(Seen::Deleted(object)),
+                watcher::Event::InitDone => on(Seen::Listed),
+                watcher::Event::InitApply(object) => on(Seen::Listing(object)),
+                watcher::Event::Init => Vec::new(),
             };
-            futures::future::ready(Some(stream::iter(triggers)))
+            stream::iter(triggers)
         })
         .flatten()
         .boxed()
