@@ -9,6 +9,7 @@ import time
 
 import metacontroller
 import report
+import scale
 import scenarios
 from kube import Api
 
@@ -24,6 +25,7 @@ PROFILES = {
         "sizing": {"sizes": [2000, 5000], "value_kib": 4},
         "hooks": {"count": 100, "sizes": [1000], "window": 60},
         "metacontroller": {"count": 100, "size": 1000, "controllers": 10, "per_controller": 100, "window": 60},
+        "scale": {"sizes": [10000, 50000, 100000], "peer_sizes": [10000, 50000]},
     },
     "quick": {
         "idle": {"sizes": [100], "window": 15, "windows": 2},
@@ -35,6 +37,7 @@ PROFILES = {
         "sizing": {"sizes": [300], "value_kib": 4},
         "hooks": {"count": 20, "sizes": [200], "window": 15},
         "metacontroller": {"count": 20, "size": 200, "controllers": 10, "per_controller": 10, "window": 15},
+        "scale": {"sizes": [2000], "peer_sizes": [2000]},
     },
 }
 
@@ -79,7 +82,7 @@ def main():
     for name in only:
         t0 = time.monotonic()
         log(f"{name} ...")
-        module = metacontroller if name == "metacontroller" else scenarios
+        module = {"metacontroller": metacontroller, "scale": scale}.get(name, scenarios)
         results[name] = getattr(module, name.replace("idle", "idle_cost"))(bench, **profile[name], log=log)
         results["timings"][name] = time.monotonic() - t0
         results.setdefault("measured_on", {})[name] = {"commit": environment["commit"], "date": environment["date"]}

@@ -26,7 +26,6 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, TypeMeta};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::Value;
 
@@ -41,7 +40,7 @@ use super::sync::{Answer, Inputs, Shape, Syncer};
 use crate::cluster::scope;
 use backoff::Backoff;
 use conflicts::Conflicts;
-use events::EventQueue;
+use events::{EventQueue, Kind, Note, Reporter};
 use related::Related;
 use request::Failed;
 pub use revisions::Rolling;
@@ -188,9 +187,10 @@ impl Context {
             rolling,
             ignore_status_changes,
         } = definition;
-        let reporter = Reporter { controller: "samplectl".into(), instance: hostname() };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let reporter =
+            Reporter { controller: "samplectl".into(), instance: hostname().unwrap_or_else(|| "samplectl".into()) };
         let related = Related::new(sync.version());
+        let events = EventQueue::new(client.clone(), reporter);
         Context {
             name,
             client,
@@ -209,7 +209,7 @@ impl Context {
             conflicts: Conflicts::default(),
             written: WrittenStatuses::default(),
             related,
-            events: EventQueue::new(recorder),
+            events,
             listed: AtomicBool::new(false),
         }
     }
@@ -225,6 +225,11 @@ impl Context {
         }
     }
 
+    /// Whether the driver has seen every parent once.
+    pub fn has_listed(&self) -> bool {
+        self.listed.load(Ordering::Relaxed)
+    }
+
     /// Counts a failure of `parent` and says how long to wait before trying it again.
     pub fn failed(&self, parent: &DynamicObject) -> Duration {
         self.backoff.failed(&uid(parent))
@@ -238,10 +243,9 @@ impl Context {
         self.related.forget(parent_uid);
     }
 
-    fn event(&self, parent: &DynamicObject, type_: EventType, reason: &str, note: String) {
-        let event =
-            Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
-        self.events.send(event, parent.object_ref(&self.family.parent.ar));
+    fn event(&self, parent: &DynamicObject, kind: Kind, reason: &str, note: String) {
+        let note = Note { kind, reason: reason.into(), note, action: "Reconcile" };
+        self.events.send(note, parent.object_ref(&self.family.parent.ar));
     }
 
     /// Sends the events still queued; called once reconciling has stopped.
@@ -451,7 +455,7 @@ impl Context {
     /// The sync could not be used: nothing is changed for this parent; a log line, a Warning event, and
     /// the driver's backoff.
     fn sync_failed(&self, parent: &DynamicObject, message: String) -> ReconcileError {
-        self.event(parent, EventType::Warning, "HookFailed", message.clone());
+        self.event(parent, Kind::Warning, "HookFailed", message.clone());
         ReconcileError { object: key(parent), action: "syncing".into(), message }
     }
 
@@ -471,7 +475,7 @@ impl Context {
             }
         );
         let reason = format!("{kind}{}", capitalized(word));
-        self.event(parent, EventType::Normal, &reason, format!("{kind} {} {word}", child.name));
+        self.event(parent, Kind::Normal, &reason, format!("{kind} {} {word}", child.name));
     }
 }
 

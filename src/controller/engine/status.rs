@@ -2,9 +2,9 @@
 //! change something, in the sync's style, with a log line and, when not Ready, a Warning Event.
 
 use kube::api::DynamicObject;
-use kube::runtime::events::EventType;
 use serde_json::Value;
 
+use super::events::Kind;
 use super::request::{Failed, bounded};
 use super::{Context, key, now, uid};
 use crate::controller::rules::status::{Readiness, Written, desired, patch, summary};
@@ -34,7 +34,7 @@ impl Context {
         let (body, params) = patch(self.sync().status_style(), (&ar.api_version, &ar.kind), (ns, name), &status);
         let stored = bounded(self.parent_api(parent).patch_status(name, &params, &body)).await?;
         let stored = stored.data.get("status").cloned().unwrap_or(Value::Null);
-        self.written.remember(&parent_uid, Written { from_version: version, desired: status.clone(), stored });
+        self.written.remember(&parent_uid, Written::new(version, &status, &stored));
         let object = key(parent);
         match summary(&status) {
             Some(readiness) => {
@@ -50,7 +50,7 @@ impl Context {
                     readiness.message
                 );
                 if !readiness.ready {
-                    self.event(parent, EventType::Warning, &readiness.reason, readiness.message.clone());
+                    self.event(parent, Kind::Warning, &readiness.reason, readiness.message.clone());
                 }
             }
             None => tracing::info!(namespace = ns, name, outcome = "status", "{object}: status written"),

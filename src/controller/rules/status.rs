@@ -62,19 +62,31 @@ pub fn set_ready(status: &mut Value, current: &Value, readiness: &Readiness, gen
     }
 }
 
-/// Compares two statuses leaving out every condition's `lastTransitionTime`: two reconciles of the same
-/// parent a second apart compute different times for the same transition.
-pub fn same_status(a: &Value, b: &Value) -> bool {
-    let strip = |status: &Value| {
-        let mut status = status.clone();
-        for condition in status["conditions"].as_array_mut().into_iter().flatten() {
-            if let Some(condition) = condition.as_object_mut() {
-                condition.remove("lastTransitionTime");
-            }
+/// A status without any condition's `lastTransitionTime`: two reconciles of the same parent a second apart
+/// compute different times for the same transition.
+fn without_times(status: &Value) -> Value {
+    let mut status = status.clone();
+    for condition in status["conditions"].as_array_mut().into_iter().flatten() {
+        if let Some(condition) = condition.as_object_mut() {
+            condition.remove("lastTransitionTime");
         }
-        status
-    };
-    strip(a) == strip(b)
+    }
+    status
+}
+
+/// Compares two statuses leaving out every condition's `lastTransitionTime`.
+pub fn same_status(a: &Value, b: &Value) -> bool {
+    without_times(a) == without_times(b)
+}
+
+/// A status as [`same_status`] compares it, in 64 bits: what is remembered of a written status, so that a
+/// memory per parent costs bytes, not a copy of the status.
+pub fn digest(status: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    // serde_json's maps are sorted, so equal statuses print the same.
+    without_times(status).to_string().hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The status to write for a parent whose status is `current`: the sync's answer (an empty status when it
@@ -102,12 +114,24 @@ pub fn desired(
 }
 
 /// A status samplectl wrote: from which version of the parent it was computed, what was asked, and what
-/// the server kept (which may differ: fields pruned by the schema, defaults added).
+/// the server kept (which may differ: fields pruned by the schema, defaults added), as digests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Written {
     pub from_version: String,
-    pub desired: Value,
-    pub stored: Value,
+    pub desired: u64,
+    pub stored: u64,
+}
+
+impl Written {
+    pub fn new(from_version: String, desired: &Value, stored: &Value) -> Self {
+        Written { from_version, desired: digest(desired), stored: digest(stored) }
+    }
+
+    /// Whether the memory still explains something a parent showing `current` would otherwise be
+    /// written for: not once the parent shows what was asked and the server kept all of it.
+    pub fn still_needed(&self, current: &Value) -> bool {
+        self.stored != self.desired || digest(current) != self.desired
+    }
 }
 
 /// Whether `desired` must be written to a parent at resourceVersion `version` whose status is `current`,
@@ -118,9 +142,7 @@ pub fn needs_write(desired: &Value, current: &Value, version: &str, last: Option
     if same_status(desired, current) {
         return false;
     }
-    !last.is_some_and(|w| {
-        same_status(&w.desired, desired) && (w.from_version == version || same_status(&w.stored, current))
-    })
+    !last.is_some_and(|w| w.desired == digest(desired) && (w.from_version == version || w.stored == digest(current)))
 }
 
 /// How a status reaches a parent's status subresource.
@@ -215,12 +237,16 @@ mod tests {
         let has = json!({"n": 1, "observedGeneration": 1});
         assert!(!needs_write(&want, &want, "5", None), "the parent already says it");
         assert!(needs_write(&want, &has, "5", None));
-        let written = Written { from_version: "5".into(), desired: want.clone(), stored: json!({"n": 2}) };
+        let written = Written::new("5".into(), &want, &json!({"n": 2}));
         assert!(!needs_write(&want, &has, "5", Some(&written)), "handed the same version again");
         assert!(needs_write(&want, &has, "6", Some(&written)), "changed since, and not what the server kept");
         assert!(!needs_write(&want, &json!({"n": 2}), "6", Some(&written)), "what the server kept of it");
         let other = json!({"n": 3, "observedGeneration": 1});
         assert!(needs_write(&other, &has, "5", Some(&written)), "a different status is written");
+        assert!(written.still_needed(&json!({"n": 2})), "the server pruned part of it");
+        let whole = Written::new("5".into(), &want, &want);
+        assert!(whole.still_needed(&has), "the parent does not show it yet");
+        assert!(!whole.still_needed(&want));
     }
 
     #[test]

@@ -1,25 +1,28 @@
-//! The watch-driven driver: kube-runtime's Controller over the parents (as DynamicObject, with the
-//! discovered ApiResource so owner references match), fed by a watch of the parents and, for each child
-//! type, two more: the children samplectl labels (cached, as controller-runtime caches them, so
-//! reconciling a converged parent sends no request), and the metadata of every other object of that type
-//! (not cached), so that deleting an object that blocks a parent brings that parent back at once.
-//! Bounded concurrency, per-object exponential backoff on errors, and a periodic resync.
+//! The watch-driven driver: a work queue over the parents (`queue`), fed by a watch of the parents
+//! and, for each child type, two more: the children samplectl labels (cached, as controller-runtime
+//! caches them, so reconciling a converged parent sends no request), and the metadata of every other
+//! object of that type (not cached), so that deleting an object that blocks a parent brings that parent
+//! back at once. Every watch and cache comes from the process's `hub`. Bounded concurrency, per-parent
+//! backoff on errors, a sync's own resync, and a periodic sweep of every parent.
 //!
-//! The triggers are made here rather than with kube's `applied_objects` / `owns_stream`, because those
-//! lose objects: kube's reflector buffers a relist and swaps it into the store only at its end, while
-//! `applied_objects` triggers each relisted object at once; the Controller looks each trigger up in the
-//! store, and an object created while the watch was down is not there yet, so its reconcile ends as
-//! "object not found" and nothing triggers it again. After an API server restart that lost hundreds of a
-//! thousand Samples. Here an object is triggered only once the store holds it: a watch event after the
-//! store has applied it, and after a relist every object the new store holds (as kube's shared-store path
-//! does). bench/UPSTREAM.md describes the fix to offer kube-runtime.
+//! An object is triggered only once its cache holds it (a watch event after the cache has taken it in,
+//! and after a relist every parent), because a trigger that runs ahead of the cache reads an old or
+//! missing object; kube-runtime's `applied_objects` did that, and after an API server restart lost
+//! hundreds of a thousand Samples (bench/UPSTREAM.md). The queue is samplectl's own rather than
+//! kube-runtime's `Controller` for two reasons found at 100,000 parents: its scheduler keeps an entry,
+//! with a copy of the type, for every parent it is to look at again (the resync), and it has one lane,
+//! so a Sample created during the first sweep waited for the whole sweep.
 
+mod cache;
 pub mod hub;
 mod once;
 mod owners;
+mod place;
+mod queue;
 mod triggers;
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,21 +30,23 @@ use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
-use kube::discovery::ApiResource;
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::cluster::resolve::Resolved;
 use crate::controller::drive::changes::parent_print;
-use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError, uid};
+use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
 use crate::controller::rules::children::{
-    Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector,
+    ChildKey, Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector,
 };
+use cache::Cache;
 use hub::Hub;
 use once::Once;
-use owners::Owners;
+use owners::{Child, Owners};
+use place::{Place, place};
+use queue::{Lane, Queue};
 use triggers::{Seen, triggers};
 
 /// The watch driver's settings.
@@ -54,55 +59,44 @@ pub struct Watch {
     pub resync: Duration,
 }
 
-type ParentRef = ObjectRef<DynamicObject>;
-type Triggers = BoxStream<'static, ParentRef>;
+/// Parents to reconcile, a batch at a time (a relist's is every parent), and in which lane.
+type Triggers = BoxStream<'static, (Vec<Place>, Lane)>;
 type WatchEvent = watcher::Event<DynamicObject>;
 
+/// What a reconcile reads: the parents' and children's caches and which children each parent controls.
 struct Shared {
     ctx: Arc<Context>,
-    resync: Duration,
-    stores: Vec<Store<DynamicObject>>,
+    parents: Cache<DynamicObject>,
+    children: Vec<Cache<DynamicObject>>,
     owners: Arc<Mutex<Owners>>,
 }
 
 impl Shared {
-    fn children_of(&self, parent_uid: &str) -> Observed {
-        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        let family = &self.ctx.family;
-        owners
-            .children_of
-            .get(parent_uid)
+    fn children_of(&self, parent: &Place) -> Observed {
+        let children: Vec<Child> = self.owners.lock().unwrap_or_else(|e| e.into_inner()).children_of(parent).to_vec();
+        children
             .into_iter()
-            .flatten()
-            .filter_map(|key| {
-                let ar = &family.children[key.kind].ar;
-                let mut reference = ObjectRef::new_with(&key.name, ar.clone());
-                if !key.namespace.is_empty() {
-                    reference = reference.within(&key.namespace);
-                }
-                self.stores[key.kind].get(&reference).map(|child| (key.clone(), (*child).clone()))
+            .filter_map(|Child { kind, place }| {
+                let child = self.children[kind].get(&place)?;
+                let key = ChildKey { kind, namespace: place.namespace.to_string(), name: place.name.to_string() };
+                Some((key, child))
             })
             .collect()
     }
 }
 
 /// The parent that controls the object `meta` describes, if one of the parent's type does.
-fn owner(meta: &ObjectMeta, family: &Family) -> Option<(String, ParentRef)> {
-    let (name, uid) = controller_of(meta, &family.parent)?;
-    let mut reference = ObjectRef::new_with(name, family.parent.ar.clone());
-    if family.parent.namespaced {
-        reference = reference.within(meta.namespace.as_deref().unwrap_or_default());
-    }
-    Some((uid.to_owned(), reference))
+fn owner(meta: &ObjectMeta, family: &Family) -> Option<Place> {
+    let (name, _) = controller_of(meta, &family.parent)?;
+    let namespace = match family.parent.namespaced {
+        true => meta.namespace.as_deref().unwrap_or_default(),
+        false => "",
+    };
+    Some(Place::new(namespace, name))
 }
 
-fn parent_ref(namespace: &str, name: &str, ar: &ApiResource) -> ParentRef {
-    let reference = ObjectRef::new_with(name, ar.clone());
-    if namespace.is_empty() { reference } else { reference.within(namespace) }
-}
-
-fn every_parent(store: &Store<DynamicObject>, ar: &ApiResource) -> Vec<ParentRef> {
-    store.state().iter().map(|s| ObjectRef::from_obj_with(s.as_ref(), ar.clone())).collect()
+fn places(parents: &[(String, String)]) -> Vec<Place> {
+    parents.iter().map(|(ns, name)| Place::new(ns, name)).collect()
 }
 
 impl Watch {
@@ -112,48 +106,44 @@ impl Watch {
     }
 
     /// The parents blocked by the object of child type `kind` that `meta` describes.
-    fn blocked(ctx: &Context, family: &Family, kind: usize, meta: &ObjectMeta) -> Vec<ParentRef> {
-        let key = family.key(kind, meta);
-        ctx.conflicts.blocked_by(&key).iter().map(|(ns, name)| parent_ref(ns, name, &family.parent.ar)).collect()
+    fn blocked(ctx: &Context, family: &Family, kind: usize, meta: &ObjectMeta) -> Vec<Place> {
+        places(&ctx.conflicts.blocked_by(&family.key(kind, meta)))
     }
 
-    /// The triggers from child type `kind`'s labelled objects, cached in `writer` and indexed by owner. A
+    /// The triggers from child type `kind`'s labelled objects, cached in the hub and indexed by owner. A
     /// change to one triggers its parent (and the one that controlled it before, if the controller
     /// changed); an orphan, the parents it blocks. A relist triggers every parent, because a child
-    /// deleted while the watch was down leaves no event behind.
+    /// deleted while the watch was down may have left nothing behind but its absence.
     fn labelled_children(
         &self,
         kind: usize,
-        (store, events): (Store<DynamicObject>, impl Stream<Item = WatchEvent> + Send + 'static),
-        parents: &Store<DynamicObject>,
+        events: impl Stream<Item = WatchEvent> + Send + 'static,
+        parents: &Cache<DynamicObject>,
         owners: &Arc<Mutex<Owners>>,
         listed: &watch::Sender<Vec<bool>>,
     ) -> Triggers {
         let (ctx, family, parents, owners, listed) =
             (self.ctx.clone(), self.ctx.family.clone(), parents.clone(), owners.clone(), listed.clone());
         triggers(events, move |seen| {
-            let (object, deleted) = match seen {
-                Seen::Applied(object) => (object, false),
-                Seen::Deleted(object) => (object, true),
-                Seen::Listing(_) => return Vec::new(),
+            let (object, deleted, listing) = match seen {
+                Seen::Applied(object) => (object, false, false),
+                Seen::Deleted(object) => (object, true, false),
+                Seen::Listing(object) => (object, false, true),
                 Seen::Listed => {
-                    let mut owners = owners.lock().unwrap_or_else(|e| e.into_inner());
-                    owners.clear_kind(kind);
-                    for object in store.state() {
-                        if let Some(owner) = owner(&object.metadata, &family) {
-                            owners.set(&family.key(kind, &object.metadata), Some(owner));
-                        }
-                    }
                     listed.send_modify(|listed| listed[kind] = true);
-                    return every_parent(&parents, &family.parent.ar);
+                    return parents.places();
                 }
             };
             let owner = owner(&object.metadata, &family);
-            let key = family.key(kind, &object.metadata);
-            let before = owners.lock().unwrap_or_else(|e| e.into_inner()).set(&key, owner.clone().filter(|_| !deleted));
-            let mut triggers: Vec<ParentRef> = before.into_iter().collect();
+            let child = Child { kind, place: place(&object.metadata) };
+            let before =
+                owners.lock().unwrap_or_else(|e| e.into_inner()).set(&child, owner.clone().filter(|_| !deleted));
+            if listing {
+                return Vec::new();
+            }
+            let mut triggers: Vec<Place> = before.into_iter().collect();
             match owner {
-                Some((_, parent)) => triggers.push(parent),
+                Some(parent) => triggers.push(parent),
                 None => triggers.extend(Self::blocked(&ctx, &family, kind, &object.metadata)),
             }
             triggers
@@ -162,14 +152,14 @@ impl Watch {
 
     /// The triggers from every other object of child type `kind`, by metadata only and not kept: one
     /// that appears or goes away where a parent's child would be changes whether that parent is blocked.
-    fn other_objects(&self, kind: usize, parents: &Store<DynamicObject>) -> Triggers {
+    fn other_objects(&self, kind: usize, parents: &Cache<DynamicObject>) -> Triggers {
         let (ctx, family, parents) = (self.ctx.clone(), self.ctx.family.clone(), parents.clone());
         let unlabelled = format!("{MANAGED_BY_LABEL}!={MANAGED_BY}");
         let events = self.hub.metadata(&family.children[kind].ar, self.child_namespace(kind), &unlabelled);
         triggers(events, move |seen| match seen {
             Seen::Applied(meta) | Seen::Deleted(meta) => Self::blocked(&ctx, &family, kind, &meta.metadata),
             Seen::Listing(_) => Vec::new(),
-            Seen::Listed => every_parent(&parents, &family.parent.ar),
+            Seen::Listed => parents.places(),
         })
     }
 
@@ -207,45 +197,48 @@ impl Watch {
         .boxed()
     }
 
-    /// The parents themselves, each triggered once the store holds it (see the module's comment); they
+    /// The parents themselves, each triggered once the cache holds it (see the module's comment); they
     /// start flowing once every child cache has its first full list, or every early reconcile would miss
     /// in it and write (or read) its children through the API server instead.
     fn parents(
         &self,
-        (store, events): (Store<DynamicObject>, impl Stream<Item = WatchEvent> + Send + 'static),
+        (cache, events): (Cache<DynamicObject>, impl Stream<Item = WatchEvent> + Send + 'static),
         once: Option<Arc<Once>>,
         mut listed: watch::Receiver<Vec<bool>>,
     ) -> Triggers {
-        let (ctx, ar) = (self.ctx.clone(), self.ctx.family.parent.ar.clone());
+        let ctx = self.ctx.clone();
         // With ignoreStatusChanges, what each parent last was, to tell a status write from a change.
         let ignore_status = ctx.ignore_status_changes;
-        let mut prints: HashMap<String, u64> = HashMap::new();
+        let print = |parent: &DynamicObject| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            (parent_print(&parent.metadata, true), &parent.metadata.uid).hash(&mut hasher);
+            hasher.finish()
+        };
+        let mut prints: HashMap<Place, u64> = HashMap::new();
         let parents = triggers(events, move |seen| match seen {
             Seen::Applied(parent) => {
-                let unchanged = ignore_status && {
-                    let print = parent_print(&parent.metadata, true);
-                    prints.insert(uid(&parent), print) == Some(print)
-                };
+                let unchanged =
+                    ignore_status && prints.insert(place(&parent.metadata), print(&parent)) == Some(print(&parent));
                 match unchanged {
                     true => Vec::new(),
-                    false => vec![ObjectRef::from_obj_with(&parent, ar.clone())],
+                    false => vec![place(&parent.metadata)],
                 }
             }
             Seen::Listing(parent) => {
                 if ignore_status {
-                    prints.insert(uid(&parent), parent_print(&parent.metadata, true));
+                    prints.insert(place(&parent.metadata), print(&parent));
                 }
                 Vec::new()
             }
             Seen::Deleted(parent) => {
-                prints.remove(&uid(&parent));
+                prints.remove(&place(&parent.metadata));
                 ctx.parent_gone(parent.metadata.uid.as_deref().unwrap_or_default());
                 Vec::new()
             }
             Seen::Listed => {
                 // /readyz: this replica has seen every parent.
                 ctx.listed();
-                let all = every_parent(&store, &ar);
+                let all = cache.places();
                 if let Some(once) = &once {
                     once.listed(&all);
                 }
@@ -264,19 +257,19 @@ impl Watch {
     /// reconciled once, and then returns the ones that are not Ready.
     pub async fn run(&self, once: bool, stop: watch::Receiver<bool>) -> kube::Result<Option<Vec<String>>> {
         let family = self.ctx.family.clone();
-        let ar = family.parent.ar.clone();
-        let parents_feed = self.hub.objects(&ar, self.namespace.as_deref(), "");
+        let parents_feed = self.hub.objects(&family.parent.ar, self.namespace.as_deref(), "");
         let parents = parents_feed.0.clone();
         let owners = Arc::new(Mutex::new(Owners::default()));
         let tracker = once.then(|| Arc::new(Once::new()));
 
         let (listed, listed_rx) = watch::channel(vec![false; family.children.len()]);
-        let mut stores = Vec::new();
+        let mut children = Vec::new();
         let mut triggers: Vec<Triggers> = Vec::new();
         for kind in 0..family.children.len() {
-            let feed = self.hub.objects(&family.children[kind].ar, self.child_namespace(kind), &managed_selector());
-            stores.push(feed.0.clone());
-            triggers.push(self.labelled_children(kind, feed, &parents, &owners, &listed));
+            let (cache, events) =
+                self.hub.objects(&family.children[kind].ar, self.child_namespace(kind), &managed_selector());
+            children.push(cache);
+            triggers.push(self.labelled_children(kind, events, &parents, &owners, &listed));
             triggers.push(self.other_objects(kind, &parents));
         }
         triggers.push(self.related());
@@ -289,51 +282,124 @@ impl Watch {
         let triggers = stream::select_all(triggers)
             .filter(move |_| futures::future::ready(all_listed.borrow().iter().all(|listed| *listed)));
 
-        let mut stop_on = stop.clone();
-        let mut done = tracker.as_ref().map(|t| t.done());
-        let shutdown = async move {
-            let finished = async {
-                match done.as_mut() {
-                    Some(done) => drop(done.wait_for(|d| *d).await),
+        let shared = Arc::new(Shared { ctx: self.ctx.clone(), parents, children, owners });
+        let work = Work { shared, resync: self.resync, concurrency: usize::from(self.concurrency.max(1)) };
+        work.run(triggers.boxed(), tracker.clone(), stop).await;
+        Ok(tracker.map(|t| t.not_ready()))
+    }
+}
+
+/// How one reconcile ended, for the queue: when to look at the parent again, and whether it is Ready.
+struct Ended {
+    place: Place,
+    /// Look again after this long (a retry, a sync's resync, a finalizer's recheck); otherwise at the
+    /// next change or sweep.
+    again: Option<Duration>,
+    /// Not Ready, and why (`--once` names it).
+    not_ready: Option<String>,
+}
+
+/// The queue and the reconciles it starts.
+struct Work {
+    shared: Arc<Shared>,
+    resync: Duration,
+    concurrency: usize,
+}
+
+impl Work {
+    /// Takes triggers into the queue and runs up to `concurrency` reconciles from it, until `stop` (or,
+    /// with `once`, until every parent of the first list was reconciled); then lets those running end.
+    async fn run(&self, mut triggers: Triggers, once: Option<Arc<Once>>, mut stop: watch::Receiver<bool>) {
+        let mut queue = Queue::default();
+        let mut running = JoinSet::new();
+        let mut done = once.as_ref().map(|t| t.done());
+        let finished = async move {
+            match done.as_mut() {
+                Some(done) => drop(done.wait_for(|d| *d).await),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(finished);
+        let mut sweep = tokio::time::interval_at(Instant::now() + self.resync, self.resync);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut triggers_open = true;
+        let (started, mut swept) = (Instant::now(), false);
+        loop {
+            let next_due = queue.wake(Instant::now());
+            while running.len() < self.concurrency
+                && let Some(place) = queue.next()
+            {
+                running.spawn(reconcile(self.shared.clone(), place));
+            }
+            if !swept && running.is_empty() && self.shared.ctx.has_listed() {
+                swept = true;
+                let plural = &self.shared.ctx.family.parent.ar.plural;
+                let (count, took) = (self.shared.parents.len(), started.elapsed().as_secs_f64());
+                tracing::info!(
+                    controller = self.shared.ctx.name,
+                    "all {count} {plural} looked at, {took:.1}s after the start"
+                );
+            }
+            self.shared.ctx.metrics.backlog.set(i64::try_from(queue.waiting()).unwrap_or(i64::MAX));
+            let wake = async {
+                match next_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
-                _ = stop_on.wait_for(|s| *s) => {}
-                () = finished => {}
-            }
-        };
-        let shared = Arc::new(Shared { ctx: self.ctx.clone(), resync: self.resync, stores, owners });
-        // The Controller's own trigger stream is never used: every trigger comes through reconcile_on.
-        let no_objects = stream::pending::<Result<DynamicObject, watcher::Error>>();
-        Controller::for_stream_with(no_objects, parents, ar)
-            .reconcile_on(triggers)
-            .with_config(controller::Config::default().concurrency(self.concurrency))
-            .graceful_shutdown_on(shutdown)
-            .run(reconcile, error_policy, shared)
-            .for_each(|result| {
-                let (object, not_ready) = match result {
-                    Ok((object, _)) => (object, None),
-                    Err(controller::Error::ReconcilerFailed(Failure::NotReady(reason, _), object)) => {
-                        (*object, Some(reason))
+                trigger = triggers.next(), if triggers_open => match trigger {
+                    Some((places, lane)) => for place in places {
+                        queue.add(place, lane);
+                    },
+                    None => triggers_open = false,
+                },
+                Some(ended) = running.join_next() => {
+                    let Ended { place, again, not_ready } = ended.expect("a reconcile does not panic");
+                    queue.done(&place);
+                    if let Some(after) = again {
+                        queue.add_after(place.clone(), after, Instant::now());
                     }
-                    Err(controller::Error::ReconcilerFailed(Failure::Reconcile(err), object)) => {
-                        (*object, Some(format!("{}: {}", err.action, err.message)))
+                    if let Some(once) = &once {
+                        once.finished(&place, not_ready);
                     }
-                    // Deleted after it was triggered: nothing left to do.
-                    Err(controller::Error::ObjectNotFound(object)) => (*object, None),
-                    Err(err) => {
-                        tracing::warn!("controller: {err}");
-                        return futures::future::ready(());
-                    }
-                };
-                if let Some(tracker) = &tracker {
-                    tracker.finished(&object, not_ready);
                 }
-                futures::future::ready(())
-            })
-            .await;
-        Ok(tracker.map(|t| t.not_ready()))
+                () = wake => {}
+                _ = sweep.tick() => {
+                    for place in self.shared.parents.places() {
+                        queue.add(place, Lane::Sweep);
+                    }
+                }
+                () = &mut finished => break,
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+        // Reconciles already running finish (each is bounded by its own deadline).
+        while running.join_next().await.is_some() {}
+    }
+}
+
+/// Reconciles the parent at `place` from the caches, and says when to look at it again.
+async fn reconcile(shared: Arc<Shared>, place: Place) -> Ended {
+    let ended = |again, not_ready| Ended { place: place.clone(), again, not_ready };
+    // Deleted after it was triggered: nothing left to do.
+    let Some(parent) = shared.parents.get(&place) else { return ended(None, None) };
+    let children = shared.children_of(&place);
+    let ctx = &shared.ctx;
+    match ctx.reconcile(&parent, children).await {
+        Ok(Done { outcome, resync_after, .. }) => match outcome {
+            Outcome::NotReady(reason) | Outcome::Conflict(reason) => ended(resync_after, Some(reason)),
+            Outcome::Finalizing => ended(Some(resync_after.unwrap_or(FINALIZE_RECHECK)), None),
+            Outcome::Ready | Outcome::Deleting => ended(resync_after, None),
+            // Not this controller's until it changes.
+            Outcome::Ignored => ended(None, None),
+        },
+        Err(err) => {
+            let delay = ctx.failed(&parent);
+            tracing::warn!("{err}; retrying in {}s", delay.as_secs());
+            let ReconcileError { action, message, .. } = err;
+            ended(Some(delay), Some(format!("{action}: {message}")))
+        }
     }
 }
 
@@ -341,7 +407,6 @@ impl Watch {
 fn related_watch(ctx: &Arc<Context>, hub: &Arc<Hub>, resolved: &Resolved) -> Triggers {
     let events = hub.metadata(&resolved.ar, None, "");
     let (ctx, resolved) = (ctx.clone(), resolved.clone());
-    let parent_ar = ctx.family.parent.ar.clone();
     // What each object looked like last (its place and labels), to trigger the parents that selected it
     // before a change; rebuilt by each relist.
     let mut before: HashMap<String, ObjectMeta> = HashMap::new();
@@ -379,45 +444,8 @@ fn related_watch(ctx: &Arc<Context>, hub: &Arc<Hub>, resolved: &Resolved) -> Tri
             }
             None => ctx.related.parents_of(&resolved, None),
         };
-        let mut parents: Vec<ParentRef> = parents.iter().map(|(ns, name)| parent_ref(ns, name, &parent_ar)).collect();
+        let mut parents = places(&parents);
         parents.dedup();
         parents
     })
-}
-
-/// Not-Ready outcomes count as failures for `--once`, but are not errors: the parent's status says why,
-/// and the next change to it or its children brings it back.
-#[derive(Debug, thiserror::Error)]
-enum Failure {
-    #[error(transparent)]
-    Reconcile(#[from] ReconcileError),
-    #[error("not Ready ({0})")]
-    NotReady(String, Option<Duration>),
-}
-
-fn next(resync: Duration, after: Option<Duration>) -> Action {
-    Action::requeue(after.map_or(resync, |after| after.min(resync)))
-}
-
-async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Failure> {
-    let children = shared.children_of(&uid(&parent));
-    let Done { outcome, resync_after, .. } = shared.ctx.reconcile(&parent, children).await?;
-    match outcome {
-        Outcome::NotReady(reason) | Outcome::Conflict(reason) => Err(Failure::NotReady(reason, resync_after)),
-        Outcome::Finalizing => Ok(Action::requeue(resync_after.unwrap_or(FINALIZE_RECHECK))),
-        Outcome::Ready | Outcome::Deleting => Ok(next(shared.resync, resync_after)),
-        // Not this controller's until it changes.
-        Outcome::Ignored => Ok(Action::await_change()),
-    }
-}
-
-fn error_policy(parent: Arc<DynamicObject>, failure: &Failure, shared: Arc<Shared>) -> Action {
-    match failure {
-        Failure::NotReady(_, after) => next(shared.resync, *after),
-        Failure::Reconcile(err) => {
-            let delay = shared.ctx.failed(&parent);
-            tracing::warn!("{err}; retrying in {}s", delay.as_secs());
-            Action::requeue(delay)
-        }
-    }
 }

@@ -6,11 +6,11 @@ use std::sync::Mutex;
 
 use tokio::sync::watch;
 
-use super::ParentRef;
+use super::place::Place;
 
 pub struct Once {
     /// `None` until the parents have been listed.
-    pending: Mutex<Option<HashSet<ParentRef>>>,
+    pending: Mutex<Option<HashSet<Place>>>,
     not_ready: Mutex<Vec<String>>,
     done: watch::Sender<bool>,
 }
@@ -30,7 +30,7 @@ impl Once {
     }
 
     /// The parents listed: the first list is the work; later relists add nothing.
-    pub fn listed(&self, parents: &[ParentRef]) {
+    pub fn listed(&self, parents: &[Place]) {
         let mut pending = lock(&self.pending);
         if pending.is_none() {
             *pending = Some(parents.iter().cloned().collect());
@@ -41,15 +41,11 @@ impl Once {
     }
 
     /// A reconcile of `parent` ended, not Ready for `reason` if given. Only the first one counts.
-    pub fn finished(&self, parent: &ParentRef, not_ready: Option<String>) {
+    pub fn finished(&self, parent: &Place, not_ready: Option<String>) {
         let mut pending = lock(&self.pending);
         let Some(pending) = pending.as_mut() else { return };
         if let (true, Some(reason)) = (pending.remove(parent), not_ready) {
-            let line = match parent.namespace.as_deref() {
-                Some(ns) => format!("{ns}/{} ({reason})", parent.name),
-                None => format!("{} ({reason})", parent.name),
-            };
-            lock(&self.not_ready).push(line);
+            lock(&self.not_ready).push(format!("{parent} ({reason})"));
         }
         if pending.is_empty() {
             self.done.send_replace(true);
@@ -64,15 +60,10 @@ impl Once {
 
 #[cfg(test)]
 mod tests {
-    use kube::api::DynamicObject;
-    use kube::discovery::ApiResource;
-    use kube::runtime::reflector::ObjectRef;
-
     use super::*;
 
-    fn parent(name: &str) -> ParentRef {
-        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        ObjectRef::<DynamicObject>::new_with(name, ar).within("ns")
+    fn parent(name: &str) -> Place {
+        Place::new("ns", name)
     }
 
     #[test]

@@ -1,84 +1,79 @@
-//! Which cached children each parent controls, kept in step with the child stores: updated on each watch
-//! event after its store has applied it, rebuilt from the store after each relist. A reconcile reads its
-//! parent's children through it, without a request.
+//! Which cached children each parent controls, kept in step with the child caches: updated on each
+//! watch event after its cache has taken it in (a relist's objects included, and what it found gone). A
+//! reconcile reads its parent's children through it, without a request. Parents are named by place, not
+//! uid: a parent deleted and made again under the same name finds its predecessor's children here too,
+//! and the engine keeps only those controlled by its own uid.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
-use super::ParentRef;
-use crate::controller::rules::children::ChildKey;
+use super::place::Place;
 
-/// Which cached children each parent (by uid) controls, kept in step with the child stores: updated
-/// on each watch event after its store has applied it, rebuilt from the store after each relist.
+/// A cached child: its type (the index in the controller's child types) and place.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Child {
+    pub kind: usize,
+    pub place: Place,
+}
+
+/// Which cached children each parent controls.
 #[derive(Default)]
 pub struct Owners {
-    pub owner_of: HashMap<ChildKey, (String, ParentRef)>,
-    pub children_of: HashMap<String, BTreeSet<ChildKey>>,
+    owner_of: HashMap<Child, Place>,
+    children_of: HashMap<Place, Vec<Child>>,
 }
 
 impl Owners {
-    /// Records `key`'s controller (or none); returns the parent that controlled it before, if another.
-    pub fn set(&mut self, key: &ChildKey, owner: Option<(String, ParentRef)>) -> Option<ParentRef> {
-        let before = self.owner_of.remove(key);
-        if let Some((uid, _)) = &before
-            && let Some(keys) = self.children_of.get_mut(uid)
+    /// Records `child`'s controller (or none); returns the parent that controlled it before, if another.
+    pub fn set(&mut self, child: &Child, owner: Option<Place>) -> Option<Place> {
+        let before = self.owner_of.remove(child);
+        if let Some(parent) = &before
+            && let Some(children) = self.children_of.get_mut(parent)
         {
-            keys.remove(key);
-            if keys.is_empty() {
-                self.children_of.remove(uid);
+            children.retain(|c| c != child);
+            if children.is_empty() {
+                self.children_of.remove(parent);
             }
         }
-        if let Some((uid, parent)) = owner {
-            self.children_of.entry(uid.clone()).or_default().insert(key.clone());
-            self.owner_of.insert(key.clone(), (uid.clone(), parent));
-            if before.as_ref().is_some_and(|(old, _)| *old == uid) {
+        if let Some(parent) = owner {
+            self.children_of.entry(parent.clone()).or_default().push(child.clone());
+            self.owner_of.insert(child.clone(), parent.clone());
+            if before.as_ref() == Some(&parent) {
                 return None;
             }
         }
-        before.map(|(_, parent)| parent)
+        before
     }
 
-    pub fn clear_kind(&mut self, kind: usize) {
-        let keys: Vec<ChildKey> = self.owner_of.keys().filter(|k| k.kind == kind).cloned().collect();
-        for key in keys {
-            self.set(&key, None);
-        }
+    /// The children `parent` controls.
+    pub fn children_of(&self, parent: &Place) -> &[Child] {
+        self.children_of.get(parent).map_or(&[], Vec::as_slice)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use kube::api::DynamicObject;
-    use kube::discovery::ApiResource;
-    use kube::runtime::reflector::ObjectRef;
-
     use super::*;
 
-    fn parent(name: &str) -> ParentRef {
-        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        ObjectRef::<DynamicObject>::new_with(name, ar).within("ns")
+    fn parent(name: &str) -> Place {
+        Place::new("ns", name)
     }
 
-    fn key(kind: usize, name: &str) -> ChildKey {
-        ChildKey { kind, namespace: "ns".into(), name: name.into() }
+    fn child(kind: usize, name: &str) -> Child {
+        Child { kind, place: Place::new("ns", name) }
     }
 
     #[test]
     fn a_child_changing_hands_names_its_former_parent() {
         let mut owners = Owners::default();
-        assert_eq!(owners.set(&key(0, "c"), Some(("a".into(), parent("a")))), None);
-        assert_eq!(owners.set(&key(0, "c"), Some(("a".into(), parent("a")))), None, "the same parent again");
-        assert_eq!(owners.set(&key(0, "c"), Some(("b".into(), parent("b")))), Some(parent("a")));
-        assert!(!owners.children_of.contains_key("a"));
-        assert_eq!(owners.set(&key(0, "c"), None), Some(parent("b")));
+        assert_eq!(owners.set(&child(0, "c"), Some(parent("a"))), None);
+        assert_eq!(owners.set(&child(0, "c"), Some(parent("a"))), None, "the same parent again");
+        assert_eq!(owners.children_of(&parent("a")), [child(0, "c")]);
+        assert_eq!(owners.set(&child(0, "c"), Some(parent("b"))), Some(parent("a")));
+        assert!(owners.children_of(&parent("a")).is_empty());
+        owners.set(&child(1, "c"), Some(parent("b")));
+        assert_eq!(owners.children_of(&parent("b")), [child(0, "c"), child(1, "c")]);
+        assert_eq!(owners.set(&child(0, "c"), None), Some(parent("b")));
+        assert_eq!(owners.set(&child(1, "c"), None), Some(parent("b")));
         assert!(owners.owner_of.is_empty() && owners.children_of.is_empty());
-    }
-
-    #[test]
-    fn a_relist_clears_one_kind_only() {
-        let mut owners = Owners::default();
-        owners.set(&key(0, "c"), Some(("a".into(), parent("a"))));
-        owners.set(&key(1, "d"), Some(("a".into(), parent("a"))));
-        owners.clear_kind(0);
-        assert_eq!(owners.children_of["a"], BTreeSet::from([key(1, "d")]));
     }
 }

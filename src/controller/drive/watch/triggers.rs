@@ -1,44 +1,46 @@
 //! The one adaptor from a watch to parent triggers, used by the parents' watch and every child watch:
 //! the end of each (re)list and each applied or deleted object go to the watch's own rule for which
-//! parents that concerns. The events arrive after the watch's store has taken them in, so a trigger never
-//! runs ahead of the store. `Outage` reports a watch's failures (for the hub's feeds, once per feed).
+//! parents that concerns. The events arrive after the watch's cache has taken them in, so a trigger never
+//! runs ahead of the cache. `Outage` reports a watch's failures (for the hub's feeds, once per feed).
 
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt, stream};
+use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 
-use super::{ParentRef, Triggers};
+use super::Triggers;
+use super::place::Place;
+use super::queue::Lane;
 use crate::controller::serve::health::Health;
 
 /// What a watch saw.
 pub enum Seen<K> {
     Applied(K),
     Deleted(K),
-    /// An object of a (re)list still in progress.
+    /// An object of a (re)list still in progress (already in the cache).
     Listing(K),
-    /// A (re)list is complete: the store holds exactly what the server has.
+    /// A (re)list is complete: the cache holds exactly what the server has.
     Listed,
 }
 
-/// The parents `on` names for each thing the watch `events` sees, as one stream.
-pub fn triggers<K, S>(events: S, mut on: impl FnMut(Seen<K>) -> Vec<ParentRef> + Send + 'static) -> Triggers
+/// The parents `on` names for each thing the watch `events` sees, as one stream of batches: those named
+/// at the end of a (re)list in the sweep lane, the others in the change lane.
+pub fn triggers<K, S>(events: S, mut on: impl FnMut(Seen<K>) -> Vec<Place> + Send + 'static) -> Triggers
 where
     S: Stream<Item = watcher::Event<K>> + Send + 'static,
     K: Send + 'static,
 {
     events
-        .map(move |event| {
-            let triggers = match event {
-                watcher::Event::Apply(object) => on(Seen::Applied(object)),
-                watcher::Event::Delete(object) => on(Seen::Deleted(object)),
-                watcher::Event::InitDone => on(Seen::Listed),
-                watcher::Event::InitApply(object) => on(Seen::Listing(object)),
-                watcher::Event::Init => Vec::new(),
+        .filter_map(move |event| {
+            let (triggers, lane) = match event {
+                watcher::Event::Apply(object) => (on(Seen::Applied(object)), Lane::Change),
+                watcher::Event::Delete(object) => (on(Seen::Deleted(object)), Lane::Change),
+                watcher::Event::InitDone => (on(Seen::Listed), Lane::Sweep),
+                watcher::Event::InitApply(object) => (on(Seen::Listing(object)), Lane::Change),
+                watcher::Event::Init => (Vec::new(), Lane::Change),
             };
-            stream::iter(triggers)
+            futures::future::ready((!triggers.is_empty()).then_some((triggers, lane)))
         })
-        .flatten()
         .boxed()
 }
 
