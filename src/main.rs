@@ -12,6 +12,21 @@ use samplectl::commands::{install_crd, list, reconcile, watch};
 use samplectl::output::color;
 use samplectl::{error, logging};
 
+/// jemalloc rather than the system's malloc, so that memory taken by a burst goes back (see Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's settings: a background thread returns freed pages to the system a second after they were
+/// last used, rather than when the next allocation happens to pass by.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: Conf = Conf(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
+
+/// The C string jemalloc reads its settings from at start-up.
+#[repr(transparent)]
+struct Conf(*const std::ffi::c_char);
+// SAFETY: a pointer to a constant string, never written.
+unsafe impl Sync for Conf {}
+
 fn main() -> ExitCode {
     // A TAB in a shell or in kubectl runs this binary to ask for candidates; it answers and exits here.
     complete::answer_if_asked();
