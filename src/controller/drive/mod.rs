@@ -1,9 +1,10 @@
 //! The drivers, which decide *when* a parent is reconciled: `poll` lists everything every interval and
 //! reconciles what changed; `watch` follows every change through cached watches. `observe` is the driver
 //! for a resource with no sync at all: it reports changes and writes nothing. `changes` says what counts as a
-//! change of a parent for both.
+//! change of a parent for both, and `place` is how both name objects in their indexes.
 
 pub mod changes;
 pub mod observe;
+pub mod place;
 pub mod poll;
 pub mod watch;

@@ -1,17 +1,19 @@
-//! The polling driver: the original list-every-second loop done right. Each tick lists the parents and
-//! the children samplectl manages (by label, for every child type), and starts reconciles for the
-//! parents whose inputs (the parent and its children, by resourceVersion) changed since their last good
-//! reconcile, or whose resync is due, a few at a time. A tick does not wait for the reconciles it
-//! started: one slow parent (or hook) holds one slot, not the next tick, and a parent whose reconcile is
-//! still running is not started again. Failures back off per parent; a parent blocked by someone else's
-//! object is looked at again with a backoff of its own, capped at
+//! The polling driver: the original list-every-second loop done right. Each tick lists the metadata
+//! of the parents and of the children samplectl manages (by label, for every child type), and starts
+//! reconciles for the parents whose inputs (the parent and its children, by resourceVersion) changed
+//! since their last good reconcile, or whose resync is due, a few at a time. Whole objects are read only
+//! for those: each kept between ticks (as compact JSON, with its version) and read again with one GET
+//! only when its version changed, so an idle tick costs two metadata lists. A tick does not wait for the
+//! reconciles it started: one slow parent (or hook) holds one slot, not the next tick, and a parent whose
+//! reconcile is still running is not started again. Failures back off per parent; a parent blocked by
+//! someone else's object is looked at again with a backoff of its own, capped at
 //! [`CONFLICT_RECHECK_MAX`](crate::controller::engine::backoff::CONFLICT_RECHECK_MAX), rather than costing a request every
 //! tick. Both backoffs live in the context's one store.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -24,8 +26,9 @@ use tokio::time::Instant;
 use crate::cluster::read::pages;
 use crate::cluster::scope;
 use crate::controller::drive::changes::parent_print;
+use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::request::{Failed, bounded};
-use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError, key, uid};
+use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
 use crate::controller::rules::children::{Observed, controller_of, managed_selector};
 
 pub struct Poll {
@@ -47,10 +50,7 @@ pub struct Pass {
 const PAGE: u32 = 500;
 
 /// Every object `api` lists, page by page, each page bounded by the request timeout.
-async fn list_all<K>(api: &Api<K>, lp: ListParams) -> Result<Vec<K>, Failed>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
+async fn list_all(api: &Api<DynamicObject>, lp: ListParams) -> Result<Vec<DynamicObject>, Failed> {
     pages(lp.limit(PAGE), |lp| async move { bounded(api.list(&lp)).await })
         .try_fold(Vec::new(), |mut items, page| async move {
             items.extend(page.items);
@@ -59,8 +59,89 @@ where
         .await
 }
 
-/// One reconcile, as it ended, with the fingerprint of the inputs it started from.
-type Finished = (DynamicObject, u64, Result<Done, ReconcileError>);
+/// More objects of one type changed since they were read than this: the type is listed whole again
+/// rather than read one GET at a time.
+const GET_AT_MOST: usize = 20;
+
+/// The metadata of every object `api` lists, page by page, each page bounded by the request timeout.
+async fn list_metadata(api: &Api<DynamicObject>, lp: ListParams) -> Result<Vec<ObjectMeta>, Failed> {
+    pages(lp.limit(PAGE), |lp| async move { bounded(api.list_metadata(&lp)).await })
+        .try_fold(Vec::new(), |mut items, page| async move {
+            items.extend(page.items.into_iter().map(|item| item.metadata));
+            Ok(items)
+        })
+        .await
+}
+
+/// One reconcile, as it ended: the parent's uid and place, and the fingerprint of the inputs it started
+/// from.
+type Finished = (String, Place, u64, Result<Done, ReconcileError>);
+
+/// Whole objects read for reconciles, kept between ticks by type (0 the parent's, 1 and on the child
+/// types') and place, each with the version it was read at, as compact JSON.
+#[derive(Default)]
+struct Whole {
+    objects: Mutex<Kept>,
+}
+
+/// By type and place: the version an object was read at, and the object as JSON.
+type Kept = HashMap<(usize, Place), (Box<str>, Box<[u8]>)>;
+
+impl Whole {
+    fn with<T>(&self, f: impl FnOnce(&mut Kept) -> T) -> T {
+        f(&mut self.objects.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The object `meta` describes, whole: as kept when it was read at this version, else read now
+    /// (`None` when it is gone).
+    async fn read(&self, ctx: &Context, kind: usize, meta: &ObjectMeta) -> Result<Option<DynamicObject>, Failed> {
+        let key = (kind, place(meta));
+        let version = meta.resource_version.as_deref().unwrap_or_default();
+        let kept = self.with(|objects| {
+            objects.get(&key).filter(|(v, _)| &**v == version).map(|(_, json)| serde_json::from_slice(json))
+        });
+        if let Some(Ok(object)) = kept {
+            return Ok(Some(object));
+        }
+        let family = &ctx.family;
+        let ar = if kind == 0 { &family.parent.ar } else { &family.children[kind - 1].ar };
+        let api = scope::dynamic(ctx.client.clone(), ar, meta.namespace.as_deref());
+        let Some(mut object) = bounded(api.get_opt(&key.1.name)).await? else { return Ok(None) };
+        self.keep(kind, &mut object);
+        Ok(Some(object))
+    }
+
+    fn keep(&self, kind: usize, object: &mut DynamicObject) {
+        object.metadata.managed_fields = None;
+        let Ok(json) = serde_json::to_vec(&*object) else { return };
+        let version = object.metadata.resource_version.clone().unwrap_or_default();
+        self.with(|objects| objects.insert((kind, place(&object.metadata)), (version.into(), json.into_boxed_slice())));
+    }
+
+    /// How many of `listed` (of type `kind`) were not read at their version, and whether any of the type is kept.
+    fn stale(&self, kind: usize, listed: &[ObjectMeta]) -> (usize, bool) {
+        self.with(|objects| {
+            let stale = listed
+                .iter()
+                .filter(|meta| {
+                    let version = meta.resource_version.as_deref().unwrap_or_default();
+                    objects.get(&(kind, place(meta))).is_none_or(|(v, _)| &**v != version)
+                })
+                .count();
+            (stale, objects.keys().any(|(k, _)| *k == kind))
+        })
+    }
+
+    /// Forgets the objects no longer listed.
+    fn keep_only(&self, listed: &HashSet<(usize, Place)>) {
+        self.with(|objects| {
+            objects.retain(|key, _| listed.contains(key));
+            if objects.capacity() > 2 * objects.len() + 64 {
+                objects.shrink_to_fit();
+            }
+        });
+    }
+}
 
 /// The driver's state across ticks.
 struct State {
@@ -70,18 +151,18 @@ struct State {
     /// For each parent (by uid) whose last reconcile went through: the fingerprint of its inputs then,
     /// and when it is due again regardless.
     synced: HashMap<String, (u64, Instant)>,
+    whole: Arc<Whole>,
     /// For `--once`: the parents found not Ready.
     not_ready: Vec<String>,
 }
 
-/// A parent's inputs, by version: the parent, each child it controls, and each related object its
-/// customize hook asked for.
-fn fingerprint(parent: &DynamicObject, ignore_status: bool, children: &Observed, related: &[String]) -> u64 {
+/// A parent's inputs, by version: the parent, each child it controls (by type and metadata), and each
+/// related object its customize hook asked for.
+fn fingerprint(parent: &ObjectMeta, ignore_status: bool, children: &[(usize, ObjectMeta)], related: &[String]) -> u64 {
     let mut hasher = DefaultHasher::new();
-    parent_print(&parent.metadata, ignore_status).hash(&mut hasher);
-    for (key, child) in children {
-        key.hash(&mut hasher);
-        child.metadata.resource_version.hash(&mut hasher);
+    parent_print(parent, ignore_status).hash(&mut hasher);
+    for (kind, child) in children {
+        (kind, &child.namespace, &child.name, &child.resource_version).hash(&mut hasher);
     }
     related.hash(&mut hasher);
     hasher.finish()
@@ -92,19 +173,36 @@ async fn list_related(ctx: &Context) -> Result<HashMap<String, Vec<ObjectMeta>>,
     let types = ctx.related.types().borrow().clone();
     let mut listed = HashMap::new();
     for resolved in types {
-        let api = scope::dynamic_metadata(ctx.client.clone(), &resolved.ar, None);
-        let metas = pages(ListParams::default().limit(PAGE), |lp| {
-            let api = api.clone();
-            async move { bounded(api.list_metadata(&lp)).await }
-        })
-        .try_fold(Vec::new(), |mut items, page| async move {
-            items.extend(page.items.into_iter().map(|item| item.metadata));
-            Ok(items)
-        })
-        .await?;
+        let metas =
+            list_metadata(&scope::dynamic(ctx.client.clone(), &resolved.ar, None), ListParams::default()).await?;
         listed.insert(format!("{}.{}", resolved.ar.kind, resolved.ar.api_version), metas);
     }
     Ok(listed)
+}
+
+/// Reads the parent and its children whole (from what was kept, or with a GET each for what changed) and
+/// reconciles it.
+async fn reconcile(
+    ctx: &Context,
+    whole: &Whole,
+    parent: &ObjectMeta,
+    children: &[(usize, ObjectMeta)],
+) -> Result<Done, ReconcileError> {
+    let reading = |failed: Failed| ReconcileError {
+        object: place(parent).to_string(),
+        action: "reading it".into(),
+        message: failed.message(),
+    };
+    // Deleted since the list: nothing to do.
+    let gone = Done { outcome: Outcome::Ignored, resync_after: None, wrote: false };
+    let Some(whole_parent) = whole.read(ctx, 0, parent).await.map_err(reading)? else { return Ok(gone) };
+    let mut observed = Observed::new();
+    for (kind, child) in children {
+        if let Some(object) = whole.read(ctx, kind + 1, child).await.map_err(reading)? {
+            observed.insert(ctx.family.key(*kind, child), object);
+        }
+    }
+    ctx.reconcile(&whole_parent, observed).await
 }
 
 impl Poll {
@@ -118,31 +216,64 @@ impl Poll {
         scope::dynamic(self.ctx.client.clone(), &child.ar, namespace)
     }
 
+    /// The metadata of the objects of type `kind` (0 the parent's) `api` lists with `lp`. When few of them
+    /// changed since they were read, only their metadata is listed (the reconciles GET those few); when
+    /// none of the type is kept yet or many changed, they are listed whole and kept.
+    async fn list(
+        &self,
+        whole: &Whole,
+        kind: usize,
+        api: &Api<DynamicObject>,
+        lp: ListParams,
+    ) -> Result<Vec<ObjectMeta>, Failed> {
+        let (_, any_kept) = whole.stale(kind, &[]);
+        if any_kept {
+            let metas = list_metadata(api, lp.clone()).await?;
+            if whole.stale(kind, &metas).0 <= GET_AT_MOST {
+                return Ok(metas);
+            }
+        }
+        let mut objects = list_all(api, lp).await?;
+        Ok(objects
+            .iter_mut()
+            .map(|object| {
+                whole.keep(kind, object);
+                std::mem::take(&mut object.metadata)
+            })
+            .collect())
+    }
+
     /// Lists, and starts a reconcile for each parent whose inputs changed (or whose resync is due) and
     /// that is neither running nor waiting. Returns how many parents there are.
     async fn tick(&self, state: &mut State, once: bool) -> anyhow::Result<usize> {
-        let parents = list_all(&self.parents_api(), ListParams::default()).await?;
+        let whole = state.whole.clone();
+        let parents = self.list(&whole, 0, &self.parents_api(), ListParams::default()).await?;
         let family = &self.ctx.family;
-        let mut children: HashMap<String, Observed> = HashMap::new();
+        let mut listed: HashSet<(usize, Place)> = parents.iter().map(|meta| (0, place(meta))).collect();
+        let mut children: HashMap<String, Vec<(usize, ObjectMeta)>> = HashMap::new();
         for kind in 0..family.children.len() {
-            let listed = list_all(&self.children_api(kind), ListParams::default().labels(&managed_selector())).await?;
-            for child in listed {
-                if let Some((_, owner)) = controller_of(&child.metadata, &family.parent) {
-                    children.entry(owner.to_owned()).or_default().insert(family.key(kind, &child.metadata), child);
+            let lp = ListParams::default().labels(&managed_selector());
+            let metas = self.list(&whole, kind + 1, &self.children_api(kind), lp).await?;
+            for child in metas {
+                if let Some((_, owner)) = controller_of(&child, &family.parent) {
+                    listed.insert((kind + 1, place(&child)));
+                    children.entry(owner.to_owned()).or_default().push((kind, child));
                 }
             }
         }
+        state.whole.keep_only(&listed);
+        drop(listed);
 
         let related = list_related(&self.ctx).await?;
 
         let now = Instant::now();
         let count = parents.len();
-        let present: HashSet<String> = parents.iter().map(uid).collect();
+        let present: HashSet<String> = parents.iter().map(|meta| meta.uid.clone().unwrap_or_default()).collect();
         self.ctx.backoff.retain(&present);
         state.synced.retain(|uid, _| present.contains(uid));
         let mut started = 0;
         for parent in parents {
-            let uid = uid(&parent);
+            let uid = parent.uid.clone().unwrap_or_default();
             let observed = children.remove(&uid).unwrap_or_default();
             if state.running.contains(&uid) {
                 continue;
@@ -162,21 +293,20 @@ impl Poll {
             if !once && self.ctx.backoff.waiting(&uid, now) {
                 continue;
             }
-            state.running.insert(uid);
+            state.running.insert(uid.clone());
             started += 1;
-            let (ctx, slots) = (self.ctx.clone(), state.slots.clone());
+            let (ctx, slots, whole) = (self.ctx.clone(), state.slots.clone(), state.whole.clone());
             state.tasks.spawn(async move {
                 let _slot = slots.acquire_owned().await.expect("the semaphore is never closed");
-                let result = ctx.reconcile(&parent, observed).await;
-                (parent, print, result)
+                let result = reconcile(&ctx, &whole, &parent, &observed).await;
+                (uid, place(&parent), print, result)
             });
         }
         self.ctx.metrics.backlog.set(started);
         Ok(count)
     }
 
-    fn finished(&self, state: &mut State, (parent, print, result): Finished, once: bool) {
-        let uid = uid(&parent);
+    fn finished(&self, state: &mut State, (uid, place, print, result): Finished, once: bool) {
         state.running.remove(&uid);
         // Only a reconcile that wrote nothing says that these inputs are what the parent wants: after a
         // write, the same inputs can come back (a child created, then deleted by someone else) and must
@@ -212,14 +342,14 @@ impl Poll {
                 Some(reason)
             }
             Err(err) => {
-                let delay = self.ctx.failed(&parent);
+                let delay = self.ctx.backoff.failed(&uid);
                 tracing::warn!("{err}; retrying in {}s", delay.as_secs());
                 state.synced.remove(&uid);
                 Some(format!("{}: {}", err.action, err.message))
             }
         };
         if let (true, Some(reason)) = (once, not_ready) {
-            state.not_ready.push(format!("{} ({reason})", key(&parent)));
+            state.not_ready.push(format!("{place} ({reason})"));
         }
     }
 
@@ -231,6 +361,7 @@ impl Poll {
             tasks: JoinSet::new(),
             slots: Arc::new(Semaphore::new(self.concurrency.max(1))),
             synced: HashMap::new(),
+            whole: Arc::default(),
             not_ready: Vec::new(),
         };
         loop {

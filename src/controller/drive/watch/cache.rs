@@ -16,7 +16,7 @@ use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::place::{Place, place};
+use crate::controller::drive::place::{Place, place};
 
 /// The objects of one feed, shared by the feed (which writes) and its readers.
 pub struct Cache<K> {

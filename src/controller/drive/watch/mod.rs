@@ -17,7 +17,6 @@ mod cache;
 pub mod hub;
 mod once;
 mod owners;
-mod place;
 mod queue;
 mod triggers;
 
@@ -37,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::cluster::resolve::Resolved;
 use crate::controller::drive::changes::parent_print;
+use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
 use crate::controller::rules::children::{
     ChildKey, Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector,
@@ -45,7 +45,6 @@ use cache::Cache;
 use hub::Hub;
 use once::Once;
 use owners::{Child, Owners};
-use place::{Place, place};
 use queue::{Lane, Queue};
 use triggers::{Seen, triggers};
 

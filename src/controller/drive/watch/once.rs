@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use tokio::sync::watch;
 
-use super::place::Place;
+use crate::controller::drive::place::Place;
 
 pub struct Once {
     /// `None` until the parents have been listed.

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::place::Place;
+use crate::controller::drive::place::Place;
 
 /// A cached child: its type (the index in the controller's child types) and place.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::place::Place;
+use crate::controller::drive::place::Place;
 
 /// Which lane a parent waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,8 +9,8 @@ use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 
 use super::Triggers;
-use super::place::Place;
 use super::queue::Lane;
+use crate::controller::drive::place::Place;
 use crate::controller::serve::health::Health;
 
 /// What a watch saw.
