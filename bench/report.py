@@ -496,27 +496,36 @@ def metacontroller_section(results, w, verdicts, out):
 def scale_section(results, w, verdicts, out):
     data = results["scale"]
     w("## 10. 100,000 objects in one process\n")
-    w("n Samples (short testStrings) created in one burst in a namespace of their own, with the controller "
-      "running (samplectl `reconcile --watch` with its default concurrency of 8; the controller-runtime peer "
-      "with 8 workers). Converged: every Sample Ready by the bench's own watch; the process then left to go "
-      "quiet and its resident memory read. Fresh start: the controller stopped and started again on the "
-      "converged set, while the bench creates a Sample every 0.2 s (each timed until Ready); start-up is "
-      "samplectl's own log line once every Sample has been looked at, quiet is when its CPU use stops; writes "
-      "are the controller's own from the audit log, less the 3 each new Sample needs. Relist: kube-apiserver "
-      "restarted with etcd moving on, so every watch relists; the peak is VmHWM from just before the restart. "
-      "Nothing lost: every Sample Ready and its ConfigMap holding its testString, read at the end."
+    w("n Samples (short testStrings) created in one burst by 16 clients in a namespace of their own, with the "
+      "controller running (samplectl `reconcile --watch` with its default concurrency of 8; the "
+      "controller-runtime peer with 8 workers). Converged: every Sample Ready by the bench's own watch; the "
+      "process then left to go quiet and its resident memory read. Fresh start: the controller stopped and "
+      "started again on the converged set while the bench creates Samples one after another (each timed "
+      "until Ready, 0.2 s apart); listed and start-up are samplectl's own log lines once its caches are "
+      "complete and once every Sample has been looked at, quiet is when its CPU use stops; a Sample created "
+      "before the caches are complete waits for them (in any controller), so those created during the sweep "
+      "are reported apart. Writes are the controller's own at start-up from the audit log, less the 3 each "
+      "new Sample needs. Relist: kube-apiserver restarted with etcd moving on, so every watch relists; the "
+      "peak is VmHWM from just before the restart. Nothing lost: every Sample Ready and its ConfigMap "
+      "holding its testString, read at the end. The bench's own watch and clients share the 2 cores."
       f"{measured_on(results, 'scale')}\n")
     w("| Samples | controller | converge s | RSS converged MiB | RSS fresh start MiB | relist: before / peak MiB "
-      "| start-up s | quiet s | writes at start-up | new Sample Ready p50 / max s | not Ready / ConfigMaps wrong |")
-    w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "| listed s | start-up s | quiet s | writes at start-up | new Sample Ready: while listing (max) / during "
+      "the sweep (n, max) s | not Ready / ConfigMaps wrong |")
+    w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def most(values):
+        return f"{max(values):.2f}" if values else "-"
     for key, r in data.items():
         n, driver = key.split("/")
-        reactions = r["new_sample_ready_seconds"]
+        listed = f"{r['listed_seconds']:.1f}" if "listed_seconds" in r else "-"
         startup = f"{r['startup_seconds']:.1f}" if "startup_seconds" in r else "-"
+        during = r["new_sample_ready_seconds"]
         w(f"| {n} | {DRIVERS[driver]} | {r['converge_seconds']:.0f} | {r['converged_rss_mib']:.0f} | "
           f"{r['fresh_rss_mib']:.0f} | {r['relist_before_rss_mib']:.0f} / {r['relist_peak_rss_mib']:.0f} | "
-          f"{startup} | {r['quiet_seconds']:.0f} | {r['startup_writes_for_others']} | "
-          f"{pct(reactions, 50):.2f} / {max(reactions):.2f} | {r['not_ready']} / {r['configmaps_wrong']} |")
+          f"{listed} | {startup} | {r['quiet_seconds']:.0f} | {r['startup_writes_for_others']} | "
+          f"{most(r.get('new_sample_ready_while_listing_seconds', []))} / {len(during)}, {most(during)} | "
+          f"{r['not_ready']} / {r['configmaps_wrong']} |")
     w("")
     for key, r in data.items():
         n, driver = key.split("/")
@@ -529,6 +538,7 @@ def scale_section(results, w, verdicts, out):
                         f"relist peak {relist:.2f}x the fresh start (aim: 1.2x), after the burst "
                         f"{after_burst:.2f}x the fresh start (aim: 1.1x), start-up "
                         f"{r.get('startup_seconds', float('nan')):.1f}s with {r['startup_writes_for_others']} "
-                        f"writes (aim: 20 s, 0), new Sample Ready within {max(r['new_sample_ready_seconds']):.2f}s "
-                        f"(aim: 1 s), {r['not_ready']} not Ready, {r['configmaps_wrong']} ConfigMaps wrong.")
+                        f"writes (aim: 20 s, 0), a Sample created during the sweep Ready within "
+                        f"{most(r['new_sample_ready_seconds'])}s (aim: 1 s), {r['not_ready']} not Ready, "
+                        f"{r['configmaps_wrong']} ConfigMaps wrong.")
     w("")

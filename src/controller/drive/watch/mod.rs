@@ -205,7 +205,7 @@ impl Watch {
         once: Option<Arc<Once>>,
         mut listed: watch::Receiver<Vec<bool>>,
     ) -> Triggers {
-        let ctx = self.ctx.clone();
+        let (ctx, started) = (self.ctx.clone(), Instant::now());
         // With ignoreStatusChanges, what each parent last was, to tell a status write from a change.
         let ignore_status = ctx.ignore_status_changes;
         let print = |parent: &DynamicObject| {
@@ -235,9 +235,17 @@ impl Watch {
                 Vec::new()
             }
             Seen::Listed => {
+                let all = cache.places();
+                if !ctx.has_listed() {
+                    let (plural, took) = (&ctx.family.parent.ar.plural, started.elapsed().as_secs_f64());
+                    let count = all.len();
+                    tracing::info!(
+                        controller = ctx.name,
+                        "listed {count} {plural} and their children in {took:.1}s; looking at each"
+                    );
+                }
                 // /readyz: this replica has seen every parent.
                 ctx.listed();
-                let all = cache.places();
                 if let Some(once) = &once {
                     once.listed(&all);
                 }
