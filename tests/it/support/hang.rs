@@ -4,7 +4,8 @@
 //! proxy` (plain HTTP, the cluster's credentials), where request lines and bodies can be read.
 //!
 //! It can also end a watch the way the API server does when the watch's resourceVersion has been
-//! compacted away (a 410 Expired ERROR event), so that one watcher relists while the others go on.
+//! compacted away (a 410 Expired ERROR event), so that one watcher relists while the others go on, and
+//! refuse chosen requests as invalid (422), as an API server without a feature refuses its parameters.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -19,6 +20,9 @@ pub struct HangingProxy {
     pub port: u16,
     patterns: Arc<Mutex<Vec<Vec<u8>>>>,
     expiries: Arc<Mutex<Vec<Expiry>>>,
+    refusals: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// Requests refused so far.
+    pub refused: Arc<std::sync::atomic::AtomicUsize>,
     connections: Arc<Mutex<Vec<Connection>>>,
     /// Connections hung so far.
     pub hung: Arc<std::sync::atomic::AtomicUsize>,
@@ -44,6 +48,9 @@ impl HangingProxy {
         let port = listener.local_addr().unwrap().port();
         let patterns: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
         let expiries: Arc<Mutex<Vec<Expiry>>> = Arc::default();
+        let refusals: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (rp, rc) = (refusals.clone(), refused.clone());
         let connections: Arc<Mutex<Vec<Connection>>> = Arc::default();
         let hung = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -70,6 +77,8 @@ impl HangingProxy {
                 let requests = Requests {
                     patterns: p.clone(),
                     expiries: e.clone(),
+                    refusals: rp.clone(),
+                    refused: rc.clone(),
                     hung: h.clone(),
                     last_request,
                     writes: w.clone(),
@@ -86,7 +95,18 @@ impl HangingProxy {
                 });
             }
         });
-        HangingProxy { port, patterns, expiries, connections, hung, writes, _kubectl_proxy: kubectl_proxy, stop }
+        HangingProxy {
+            port,
+            patterns,
+            expiries,
+            refusals,
+            refused,
+            connections,
+            hung,
+            writes,
+            _kubectl_proxy: kubectl_proxy,
+            stop,
+        }
     }
 
     /// Holds the next request that contains every one of `parts` until the returned `Expiry` is released,
@@ -134,6 +154,11 @@ impl HangingProxy {
             false
         });
         cut
+    }
+
+    /// From now on, answer every request that contains `pattern` with 422 Invalid, without passing it on.
+    pub fn refuse_requests_containing(&self, pattern: &str) {
+        self.refusals.lock().unwrap().push(pattern.as_bytes().to_vec());
     }
 
     /// From now on, hang every connection whose requests contain `pattern`.
@@ -204,6 +229,8 @@ struct Connection {
 struct Requests {
     patterns: Arc<Mutex<Vec<Vec<u8>>>>,
     expiries: Arc<Mutex<Vec<Expiry>>>,
+    refusals: Arc<Mutex<Vec<Vec<u8>>>>,
+    refused: Arc<std::sync::atomic::AtomicUsize>,
     hung: Arc<std::sync::atomic::AtomicUsize>,
     last_request: Arc<Mutex<Vec<u8>>>,
     writes: Arc<Mutex<Vec<(Instant, String)>>>,
@@ -212,6 +239,8 @@ struct Requests {
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
+
+const INVALID: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"refused by the test proxy","reason":"Invalid","code":422}"#;
 
 const EXPIRED: &str = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (2)","reason":"Expired","code":410}}"#;
 
@@ -224,6 +253,19 @@ fn pump(mut from: TcpStream, mut to: TcpStream, requests: Option<Requests>, froz
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if let Some(r) = &requests
+            && r.refusals.lock().unwrap().iter().any(|p| contains(&buf[..n], p))
+        {
+            r.refused.fetch_add(1, Ordering::Relaxed);
+            let answer = format!(
+                "HTTP/1.1 422 Unprocessable Entity\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{INVALID}",
+                INVALID.len()
+            );
+            if from.write_all(answer.as_bytes()).is_err() {
+                break;
+            }
+            continue;
+        }
         if let Some(r) = &requests {
             *r.last_request.lock().unwrap() = buf[..n].to_vec();
             let expiry = {
