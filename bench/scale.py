@@ -5,7 +5,6 @@ start takes until every Sample has been looked at, the writes it sends (none are
 Sample created during that start-up is Ready. The controller-runtime peer runs the same steps at the sizes
 it is given. Nothing here asserts anything."""
 
-import concurrent.futures
 import datetime
 import os
 import re
@@ -22,14 +21,6 @@ LISTED = re.compile(r"listed (\d+) samples and their children in ([0-9.]+)s")
 RELISTED = "the watch of Samples is back"
 # samplectl's default --concurrency, given to the peer as MaxConcurrentReconciles.
 WORKERS = 8
-
-
-def create(bench, ns, names, threads=16):
-    """Creates the Samples `names` in `ns` as fast as `threads` clients can."""
-    def one(name):
-        bench.api.request("POST", samples_path(ns), sample_body(name, f"value of {name}"))
-    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-        list(pool.map(one, names))
 
 
 def listed(bench, path):
@@ -90,7 +81,7 @@ def one_size(bench, driver, n, log):
     # Converge a burst from nothing.
     proc = start(bench, driver, ns, f"scale-{driver}-{n}-burst")
     started = time.monotonic()
-    create(bench, ns, [f"s-{i:06}" for i in range(n)])
+    bench.create_samples(ns, [f"s-{i:06}" for i in range(n)])
     out["create_seconds"] = time.monotonic() - started
     out["converge_seconds"] = ready.wait_count(n, timeout=3600) - started
     time.sleep(3)
