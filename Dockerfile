@@ -1,6 +1,7 @@
 # A small static image of samplectl. Not built or tested here: this machine has no container engine.
 FROM rust:1.95-alpine AS build
-RUN apk add --no-cache musl-dev
+# make: jemalloc (the allocator, see Cargo.toml) is built from its C sources with configure and make.
+RUN apk add --no-cache musl-dev make
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
