@@ -296,6 +296,9 @@ impl Watch {
     }
 }
 
+/// When a parent whose reconcile panicked is tried again.
+const PANIC_RETRY: Duration = Duration::from_secs(30);
+
 /// How one reconcile ended, for the queue: when to look at the parent again, and whether it is Ready.
 struct Ended {
     place: Place,
@@ -319,6 +322,8 @@ impl Work {
     async fn run(&self, mut triggers: Triggers, once: Option<Arc<Once>>, mut stop: watch::Receiver<bool>) {
         let mut queue = Queue::default();
         let mut running = JoinSet::new();
+        // Which parent each running reconcile is for, should one panic.
+        let mut running_for: HashMap<tokio::task::Id, Place> = HashMap::new();
         let mut done = once.as_ref().map(|t| t.done());
         let finished = async move {
             match done.as_mut() {
@@ -336,7 +341,8 @@ impl Work {
             while running.len() < self.concurrency
                 && let Some(place) = queue.next()
             {
-                running.spawn(reconcile(self.shared.clone(), place));
+                let task = running.spawn(reconcile(self.shared.clone(), place.clone()));
+                running_for.insert(task.id(), place);
             }
             if !swept && running.is_empty() && self.shared.ctx.has_listed() {
                 swept = true;
@@ -361,8 +367,19 @@ impl Work {
                     },
                     None => triggers_open = false,
                 },
-                Some(ended) = running.join_next() => {
-                    let Ended { place, again, not_ready } = ended.expect("a reconcile does not panic");
+                Some(ended) = running.join_next_with_id() => {
+                    let Ended { place, again, not_ready } = match ended {
+                        Ok((id, ended)) => {
+                            running_for.remove(&id);
+                            ended
+                        }
+                        // A bug, not the parent's doing: said, and retried as a failure.
+                        Err(err) => {
+                            let Some(place) = running_for.remove(&err.id()) else { continue };
+                            tracing::error!("{place}: the reconcile panicked ({err}); retrying in {}s", PANIC_RETRY.as_secs());
+                            Ended { place, again: Some(PANIC_RETRY), not_ready: Some("the reconcile panicked".into()) }
+                        }
+                    };
                     queue.done(&place);
                     if let Some(after) = again {
                         queue.add_after(place.clone(), after, Instant::now());
