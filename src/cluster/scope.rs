@@ -23,17 +23,8 @@ pub fn dynamic(client: Client, ar: &ApiResource, namespace: Option<&str>) -> Api
     discovered(client, ar, namespace)
 }
 
-/// The metadata-only `Api` (PartialObjectMeta) for `ar`, in one namespace or all of them: for watches that
-/// need to know an object exists, not what it holds.
-pub fn dynamic_metadata(
-    client: Client,
-    ar: &ApiResource,
-    namespace: Option<&str>,
-) -> Api<kube::core::PartialObjectMeta<DynamicObject>> {
-    discovered(client, ar, namespace)
-}
-
-/// Either of the above: an `Api` of any object type whose resource discovery resolved.
+/// An `Api` of any object type whose resource discovery resolved (whole objects, or their metadata only),
+/// scoped as `dynamic`.
 pub fn discovered<K>(client: Client, ar: &ApiResource, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,

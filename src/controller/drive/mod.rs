@@ -1,8 +1,9 @@
 //! The drivers, which decide *when* a parent is reconciled: `poll` lists everything every interval and
 //! reconciles what changed; `watch` follows every change through cached watches. `observe` is the driver
 //! for a resource with no sync at all: it reports changes and writes nothing. `changes` says what counts as a
-//! change of a parent for both, and `place` is how both name objects in their indexes.
+//! change of a parent for both, `place` is how both name objects in their indexes, and `cache` how both keep objects small.
 
+pub mod cache;
 pub mod changes;
 pub mod observe;
 pub mod place;

@@ -13,7 +13,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use crate::cluster::read::pages;
 use crate::cluster::scope;
+use crate::controller::drive::cache::Cache;
 use crate::controller::drive::changes::parent_print;
 use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::request::{Failed, bounded};
@@ -77,70 +78,31 @@ async fn list_metadata(api: &Api<DynamicObject>, lp: ListParams) -> Result<Vec<O
 /// from.
 type Finished = (String, Place, u64, Result<Done, ReconcileError>);
 
-/// Whole objects read for reconciles, kept between ticks by type (0 the parent's, 1 and on the child
-/// types') and place, each with the version it was read at, as compact JSON.
-#[derive(Default)]
-struct Whole {
-    objects: Mutex<Kept>,
+/// Whole objects read for reconciles, kept between ticks: one cache per type (0 the parent's, 1 and on
+/// the child types'), each object as it was read, with its version.
+type Whole = Vec<Cache<DynamicObject>>;
+
+/// Keeps `object` (without its managed fields, which no reconcile reads) in `cache`.
+fn keep(cache: &Cache<DynamicObject>, object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+    cache.apply(object);
 }
 
-/// By type and place: the version an object was read at, and the object as JSON.
-type Kept = HashMap<(usize, Place), (Box<str>, Box<[u8]>)>;
-
-impl Whole {
-    fn with<T>(&self, f: impl FnOnce(&mut Kept) -> T) -> T {
-        f(&mut self.objects.lock().unwrap_or_else(|e| e.into_inner()))
+/// The object `meta` describes (of type `kind`), whole: as kept when it was read at this version, else
+/// read now (`None` when it is gone).
+async fn read(ctx: &Context, whole: &Whole, kind: usize, meta: &ObjectMeta) -> Result<Option<DynamicObject>, Failed> {
+    let at = place(meta);
+    if whole[kind].holds(&at, meta.resource_version.as_deref())
+        && let Some(object) = whole[kind].get(&at)
+    {
+        return Ok(Some(object));
     }
-
-    /// The object `meta` describes, whole: as kept when it was read at this version, else read now
-    /// (`None` when it is gone).
-    async fn read(&self, ctx: &Context, kind: usize, meta: &ObjectMeta) -> Result<Option<DynamicObject>, Failed> {
-        let key = (kind, place(meta));
-        let version = meta.resource_version.as_deref().unwrap_or_default();
-        let kept = self.with(|objects| {
-            objects.get(&key).filter(|(v, _)| &**v == version).map(|(_, json)| serde_json::from_slice(json))
-        });
-        if let Some(Ok(object)) = kept {
-            return Ok(Some(object));
-        }
-        let family = &ctx.family;
-        let ar = if kind == 0 { &family.parent.ar } else { &family.children[kind - 1].ar };
-        let api = scope::dynamic(ctx.client.clone(), ar, meta.namespace.as_deref());
-        let Some(mut object) = bounded(api.get_opt(&key.1.name)).await? else { return Ok(None) };
-        self.keep(kind, &mut object);
-        Ok(Some(object))
-    }
-
-    fn keep(&self, kind: usize, object: &mut DynamicObject) {
-        object.metadata.managed_fields = None;
-        let Ok(json) = serde_json::to_vec(&*object) else { return };
-        let version = object.metadata.resource_version.clone().unwrap_or_default();
-        self.with(|objects| objects.insert((kind, place(&object.metadata)), (version.into(), json.into_boxed_slice())));
-    }
-
-    /// How many of `listed` (of type `kind`) were not read at their version, and whether any of the type is kept.
-    fn stale(&self, kind: usize, listed: &[ObjectMeta]) -> (usize, bool) {
-        self.with(|objects| {
-            let stale = listed
-                .iter()
-                .filter(|meta| {
-                    let version = meta.resource_version.as_deref().unwrap_or_default();
-                    objects.get(&(kind, place(meta))).is_none_or(|(v, _)| &**v != version)
-                })
-                .count();
-            (stale, objects.keys().any(|(k, _)| *k == kind))
-        })
-    }
-
-    /// Forgets the objects no longer listed.
-    fn keep_only(&self, listed: &HashSet<(usize, Place)>) {
-        self.with(|objects| {
-            objects.retain(|key, _| listed.contains(key));
-            if objects.capacity() > 2 * objects.len() + 64 {
-                objects.shrink_to_fit();
-            }
-        });
-    }
+    let family = &ctx.family;
+    let ar = if kind == 0 { &family.parent.ar } else { &family.children[kind - 1].ar };
+    let api = scope::dynamic(ctx.client.clone(), ar, meta.namespace.as_deref());
+    let Some(mut object) = bounded(api.get_opt(&at.name)).await? else { return Ok(None) };
+    keep(&whole[kind], &mut object);
+    Ok(Some(object))
 }
 
 /// The driver's state across ticks.
@@ -195,10 +157,10 @@ async fn reconcile(
     };
     // Deleted since the list: nothing to do.
     let gone = Done { outcome: Outcome::Ignored, resync_after: None, wrote: false };
-    let Some(whole_parent) = whole.read(ctx, 0, parent).await.map_err(reading)? else { return Ok(gone) };
+    let Some(whole_parent) = read(ctx, whole, 0, parent).await.map_err(reading)? else { return Ok(gone) };
     let mut observed = Observed::new();
     for (kind, child) in children {
-        if let Some(object) = whole.read(ctx, kind + 1, child).await.map_err(reading)? {
+        if let Some(object) = read(ctx, whole, kind + 1, child).await.map_err(reading)? {
             observed.insert(ctx.family.key(*kind, child), object);
         }
     }
@@ -221,15 +183,14 @@ impl Poll {
     /// none of the type is kept yet or many changed, they are listed whole and kept.
     async fn list(
         &self,
-        whole: &Whole,
-        kind: usize,
+        cache: &Cache<DynamicObject>,
         api: &Api<DynamicObject>,
         lp: ListParams,
     ) -> Result<Vec<ObjectMeta>, Failed> {
-        let (_, any_kept) = whole.stale(kind, &[]);
-        if any_kept {
+        if !cache.is_empty() {
             let metas = list_metadata(api, lp.clone()).await?;
-            if whole.stale(kind, &metas).0 <= GET_AT_MOST {
+            let changed = metas.iter().filter(|meta| !cache.holds(&place(meta), meta.resource_version.as_deref()));
+            if changed.count() <= GET_AT_MOST {
                 return Ok(metas);
             }
         }
@@ -237,7 +198,7 @@ impl Poll {
         Ok(objects
             .iter_mut()
             .map(|object| {
-                whole.keep(kind, object);
+                keep(cache, object);
                 std::mem::take(&mut object.metadata)
             })
             .collect())
@@ -246,23 +207,24 @@ impl Poll {
     /// Lists, and starts a reconcile for each parent whose inputs changed (or whose resync is due) and
     /// that is neither running nor waiting. Returns how many parents there are.
     async fn tick(&self, state: &mut State, once: bool) -> anyhow::Result<usize> {
-        let whole = state.whole.clone();
-        let parents = self.list(&whole, 0, &self.parents_api(), ListParams::default()).await?;
+        let whole = &state.whole;
+        let parents = self.list(&whole[0], &self.parents_api(), ListParams::default()).await?;
+        let listed: HashSet<Place> = parents.iter().map(place).collect();
+        whole[0].retain(|at| listed.contains(at));
         let family = &self.ctx.family;
-        let mut listed: HashSet<(usize, Place)> = parents.iter().map(|meta| (0, place(meta))).collect();
         let mut children: HashMap<String, Vec<(usize, ObjectMeta)>> = HashMap::new();
         for kind in 0..family.children.len() {
             let lp = ListParams::default().labels(&managed_selector());
-            let metas = self.list(&whole, kind + 1, &self.children_api(kind), lp).await?;
+            let metas = self.list(&whole[kind + 1], &self.children_api(kind), lp).await?;
+            let mut listed = HashSet::new();
             for child in metas {
                 if let Some((_, owner)) = controller_of(&child, &family.parent) {
-                    listed.insert((kind + 1, place(&child)));
+                    listed.insert(place(&child));
                     children.entry(owner.to_owned()).or_default().push((kind, child));
                 }
             }
+            whole[kind + 1].retain(|at| listed.contains(at));
         }
-        state.whole.keep_only(&listed);
-        drop(listed);
 
         let related = list_related(&self.ctx).await?;
 
@@ -361,7 +323,7 @@ impl Poll {
             tasks: JoinSet::new(),
             slots: Arc::new(Semaphore::new(self.concurrency.max(1))),
             synced: HashMap::new(),
-            whole: Arc::default(),
+            whole: Arc::new((0..=self.ctx.family.children.len()).map(|_| Cache::default()).collect()),
             not_ready: Vec::new(),
         };
         loop {

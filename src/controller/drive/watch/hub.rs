@@ -29,9 +29,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use super::cache::Cache;
 use super::triggers::Outage;
 use crate::cluster::scope;
+use crate::controller::drive::cache::Cache;
 use crate::controller::serve::health::Health;
 
 /// How many events may wait for a reader that has not taken them yet.

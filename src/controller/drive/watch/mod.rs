@@ -13,7 +13,6 @@
 //! with a copy of the type, for every parent it is to look at again (the resync), and it has one lane,
 //! so a Sample created during the first sweep waited for the whole sweep.
 
-mod cache;
 pub mod hub;
 mod once;
 mod owners;
@@ -35,13 +34,13 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::cluster::resolve::Resolved;
+use crate::controller::drive::cache::Cache;
 use crate::controller::drive::changes::parent_print;
 use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
 use crate::controller::rules::children::{
     ChildKey, Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector,
 };
-use cache::Cache;
 use hub::Hub;
 use once::Once;
 use owners::{Child, Owners};
@@ -216,11 +215,14 @@ impl Watch {
         let mut prints: HashMap<Place, u64> = HashMap::new();
         let parents = triggers(events, move |seen| match seen {
             Seen::Applied(parent) => {
-                let unchanged =
-                    ignore_status && prints.insert(place(&parent.metadata), print(&parent)) == Some(print(&parent));
+                let at = place(&parent.metadata);
+                let unchanged = ignore_status && {
+                    let now = print(&parent);
+                    prints.insert(at.clone(), now) == Some(now)
+                };
                 match unchanged {
                     true => Vec::new(),
-                    false => vec![place(&parent.metadata)],
+                    false => vec![at],
                 }
             }
             Seen::Listing(parent) => {

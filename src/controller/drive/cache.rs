@@ -1,5 +1,6 @@
-//! One shared watch's objects, kept small: each object as the JSON the server sent (without what the
-//! feed trims), not as a tree of JSON values. A `DynamicObject`'s tree costs several times its text (a
+//! Objects kept small, for both drivers (one per shared watch; the poll driver's objects read whole
+//! between ticks): each object as the JSON the server sent (without what its reader trims), not as a
+//! tree of JSON values. A `DynamicObject`'s tree costs several times its text (a
 //! map node per object in it, a heap string per key and value), and at 100,000 objects that difference
 //! is most of a controller's memory. An object is parsed again only when a reconcile or a reader needs
 //! it, which costs microseconds.
@@ -10,6 +11,8 @@
 //! a relist never holds two copies of the world, and an object is in the store as soon as it is listed.
 
 use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, RwLock};
 
 use kube::Resource;
@@ -40,7 +43,15 @@ struct Inner {
 struct Entry {
     /// The list that last brought or changed it.
     list: u32,
+    /// Its resourceVersion, hashed (8 bytes, where the string would take a heap block of its own).
+    version: u64,
     json: Box<[u8]>,
+}
+
+fn version_print(version: Option<&str>) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    version.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl<K> Default for Cache<K> {
@@ -82,17 +93,26 @@ where
         self.read().objects.keys().cloned().collect()
     }
 
-    /// Every object (parsed one by one: the caller decides how many it keeps).
-    pub fn each(&self, mut f: impl FnMut(K)) {
-        for place in self.places() {
-            if let Some(object) = self.get(&place) {
-                f(object);
-            }
-        }
+    /// Whether the object at `place` is held at `version`.
+    pub fn holds(&self, place: &Place, version: Option<&str>) -> bool {
+        self.read().objects.get(place).is_some_and(|entry| entry.version == version_print(version))
     }
 
     pub fn len(&self) -> usize {
         self.read().objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.read().objects.is_empty()
+    }
+
+    /// Forgets the objects `keep` does not name.
+    pub fn retain(&self, keep: impl Fn(&Place) -> bool) {
+        let mut inner = self.write();
+        inner.objects.retain(|place, _| keep(place));
+        if inner.objects.capacity() > 2 * inner.objects.len() + 64 {
+            inner.objects.shrink_to_fit();
+        }
     }
 
     /// A (re)list begins.
@@ -104,9 +124,10 @@ where
     /// `object` was listed, added or changed.
     pub fn apply(&self, object: &K) {
         let Ok(json) = serde_json::to_vec(object) else { return };
+        let version = version_print(object.meta().resource_version.as_deref());
         let mut inner = self.write();
         let list = inner.list;
-        inner.objects.insert(place(object.meta()), Entry { list, json: json.into_boxed_slice() });
+        inner.objects.insert(place(object.meta()), Entry { list, version, json: json.into_boxed_slice() });
     }
 
     /// `object` was deleted.
@@ -165,5 +186,10 @@ mod tests {
         assert_eq!(a.resource_version().as_deref(), Some("4"));
         assert_eq!(a.data["data"]["k"], "a");
         assert_eq!(cache.places(), [Place::new("ns", "a")]);
+        assert!(cache.holds(&Place::new("ns", "a"), Some("4")));
+        assert!(!cache.holds(&Place::new("ns", "a"), Some("1")), "an older version");
+        assert!(!cache.holds(&Place::new("ns", "b"), Some("1")), "gone");
+        cache.retain(|place| &*place.name != "a");
+        assert_eq!(cache.len(), 0);
     }
 }
