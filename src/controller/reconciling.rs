@@ -43,7 +43,8 @@ impl Driving {
 pub struct Reconciling {
     pub controllers: Vec<(Arc<Context>, Option<String>)>,
     driving: Driving,
-    /// The watches the controllers share (watch driver).
+    /// The watches the controllers share (of parents and children with the watch driver, of children
+    /// with the poll driver).
     hub: Arc<Hub>,
 }
 
@@ -90,7 +91,7 @@ impl Reconciling {
                     }
                     Driver::Poll { interval, resync } => {
                         let (concurrency, resync) = (usize::from(concurrency), ctx.resync.unwrap_or(resync));
-                        let poll = Poll { ctx: ctx.clone(), namespace, interval, concurrency, resync };
+                        let poll = Poll { ctx: ctx.clone(), hub, namespace, interval, concurrency, resync };
                         poll.run(once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
                     }
                 };

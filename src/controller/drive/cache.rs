@@ -98,6 +98,11 @@ where
         self.read().objects.get(place).is_some_and(|entry| entry.version == version_print(version))
     }
 
+    /// The version of the object at `place` (hashed), if held.
+    pub fn version(&self, place: &Place) -> Option<u64> {
+        self.read().objects.get(place).map(|entry| entry.version)
+    }
+
     pub fn len(&self) -> usize {
         self.read().objects.len()
     }
@@ -189,6 +194,8 @@ mod tests {
         assert!(cache.holds(&Place::new("ns", "a"), Some("4")));
         assert!(!cache.holds(&Place::new("ns", "a"), Some("1")), "an older version");
         assert!(!cache.holds(&Place::new("ns", "b"), Some("1")), "gone");
+        assert_eq!(cache.version(&Place::new("ns", "a")), Some(version_print(Some("4"))));
+        assert_eq!(cache.version(&Place::new("ns", "b")), None);
         cache.retain(|place| &*place.name != "a");
         assert_eq!(cache.len(), 0);
     }

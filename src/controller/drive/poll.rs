@@ -1,24 +1,28 @@
 //! The polling driver: the original list-every-second loop done right. Each tick lists the metadata
-//! of the parents and of the children samplectl manages (by label, for every child type), and starts
-//! reconciles for the parents whose inputs (the parent and its children, by resourceVersion) changed
-//! since their last good reconcile, or whose resync is due, a few at a time. Whole objects are read only
-//! for those: each kept between ticks (as compact JSON, with its version) and read again with one GET
-//! only when its version changed, so an idle tick costs two metadata lists. A tick does not wait for the
-//! reconciles it started: one slow parent (or hook) holds one slot, not the next tick, and a parent whose
-//! reconcile is still running is not started again. Failures back off per parent; a parent blocked by
-//! someone else's object is looked at again with a backoff of its own, capped at
+//! of the parents and starts reconciles for the parents whose inputs (the parent and its children, by
+//! resourceVersion) changed since their last good reconcile, or whose resync is due, a few at a time. The
+//! children samplectl labels are followed by the process's shared watch of them (the hub's, cached as
+//! the watch driver caches them) rather than listed every tick: at rest a watch costs nothing, so an idle
+//! tick costs one metadata list, no more bytes than the original loop's list of whole objects. Whole
+//! parents are read only for the reconciles: each kept between ticks (as compact JSON, with its version)
+//! and read again with one GET only when its version changed. A tick does not wait for the reconciles it
+//! started: one slow parent (or hook) holds one slot, not the next tick, and a parent whose reconcile is
+//! still running is not started again. Failures back off per parent; a parent blocked by someone else's
+//! object is looked at again with a backoff of its own, capped at
 //! [`CONFLICT_RECHECK_MAX`](crate::controller::engine::backoff::CONFLICT_RECHECK_MAX), rather than costing a request every
-//! tick. Both backoffs live in the context's one store.
+//! tick. Both backoffs live in the context's one store. `--once` lists the children instead (one pass
+//! needs no watch).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, ListParams};
+use kube::runtime::watcher;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -27,13 +31,17 @@ use crate::cluster::read::pages;
 use crate::cluster::scope;
 use crate::controller::drive::cache::Cache;
 use crate::controller::drive::changes::parent_print;
+use crate::controller::drive::owners::{Child, Owners, observed, owner};
 use crate::controller::drive::place::{Place, place};
+use crate::controller::drive::watch::hub::Hub;
 use crate::controller::engine::request::{Failed, bounded};
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
-use crate::controller::rules::children::{Observed, controller_of, managed_selector};
+use crate::controller::rules::children::managed_selector;
 
 pub struct Poll {
     pub ctx: Arc<Context>,
+    /// The process's shared watches, which follow the children.
+    pub hub: Arc<Hub>,
     pub namespace: Option<String>,
     pub interval: Duration,
     pub concurrency: usize,
@@ -50,6 +58,10 @@ pub struct Pass {
 
 const PAGE: u32 = 500;
 
+/// Metadata is small (a few hundred bytes an object): its lists come in larger pages, so that an idle
+/// tick over a few thousand parents is one request, as the original loop's was.
+const METADATA_PAGE: u32 = 5000;
+
 /// Every object `api` lists, page by page, each page bounded by the request timeout.
 async fn list_all(api: &Api<DynamicObject>, lp: ListParams) -> Result<Vec<DynamicObject>, Failed> {
     pages(lp.limit(PAGE), |lp| async move { bounded(api.list(&lp)).await })
@@ -60,13 +72,13 @@ async fn list_all(api: &Api<DynamicObject>, lp: ListParams) -> Result<Vec<Dynami
         .await
 }
 
-/// More objects of one type changed since they were read than this: the type is listed whole again
-/// rather than read one GET at a time.
+/// More parents changed since they were read than this: they are listed whole again rather than read
+/// one GET at a time.
 const GET_AT_MOST: usize = 20;
 
 /// The metadata of every object `api` lists, page by page, each page bounded by the request timeout.
 async fn list_metadata(api: &Api<DynamicObject>, lp: ListParams) -> Result<Vec<ObjectMeta>, Failed> {
-    pages(lp.limit(PAGE), |lp| async move { bounded(api.list_metadata(&lp)).await })
+    pages(lp.limit(METADATA_PAGE), |lp| async move { bounded(api.list_metadata(&lp)).await })
         .try_fold(Vec::new(), |mut items, page| async move {
             items.extend(page.items.into_iter().map(|item| item.metadata));
             Ok(items)
@@ -78,30 +90,65 @@ async fn list_metadata(api: &Api<DynamicObject>, lp: ListParams) -> Result<Vec<O
 /// from.
 type Finished = (String, Place, u64, Result<Done, ReconcileError>);
 
-/// Whole objects read for reconciles, kept between ticks: one cache per type (0 the parent's, 1 and on
-/// the child types'), each object as it was read, with its version.
-type Whole = Vec<Cache<DynamicObject>>;
-
 /// Keeps `object` (without its managed fields, which no reconcile reads) in `cache`.
 fn keep(cache: &Cache<DynamicObject>, object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
     cache.apply(object);
 }
 
-/// The object `meta` describes (of type `kind`), whole: as kept when it was read at this version, else
-/// read now (`None` when it is gone).
-async fn read(ctx: &Context, whole: &Whole, kind: usize, meta: &ObjectMeta) -> Result<Option<DynamicObject>, Failed> {
+/// The children samplectl labels, by type: each type's cache and which parent controls each child.
+/// Filled by the hub's watches (or, for `--once`, by one list of each type).
+struct Children {
+    caches: Vec<Cache<DynamicObject>>,
+    owners: Arc<Mutex<Owners>>,
+    /// Whether each type's cache holds its first full list.
+    listed: watch::Receiver<Vec<bool>>,
+    /// The tasks that take each watch's events into `owners`; dropped with the driver, and with them
+    /// the readers of the hub's feeds.
+    _followers: JoinSet<()>,
+}
+
+/// Takes the events of child type `kind`'s watch into `owners`, after its cache has taken them in.
+async fn follow(
+    ctx: Arc<Context>,
+    kind: usize,
+    events: impl Stream<Item = watcher::Event<DynamicObject>>,
+    owners: Arc<Mutex<Owners>>,
+    listed: watch::Sender<Vec<bool>>,
+) {
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let (object, deleted) = match event {
+            watcher::Event::Apply(object) | watcher::Event::InitApply(object) => (object, false),
+            watcher::Event::Delete(object) => (object, true),
+            watcher::Event::InitDone => {
+                listed.send_modify(|listed| listed[kind] = true);
+                continue;
+            }
+            watcher::Event::Init => continue,
+        };
+        let controller = owner(&object.metadata, &ctx.family).filter(|_| !deleted);
+        let child = Child { kind, place: place(&object.metadata) };
+        owners.lock().unwrap_or_else(|e| e.into_inner()).set(&child, controller);
+    }
+}
+
+/// The object `meta` describes (of the parents' type), whole: as kept when it was read at this version,
+/// else read now (`None` when it is gone).
+async fn read(
+    ctx: &Context,
+    parents: &Cache<DynamicObject>,
+    meta: &ObjectMeta,
+) -> Result<Option<DynamicObject>, Failed> {
     let at = place(meta);
-    if whole[kind].holds(&at, meta.resource_version.as_deref())
-        && let Some(object) = whole[kind].get(&at)
+    if parents.holds(&at, meta.resource_version.as_deref())
+        && let Some(object) = parents.get(&at)
     {
         return Ok(Some(object));
     }
-    let family = &ctx.family;
-    let ar = if kind == 0 { &family.parent.ar } else { &family.children[kind - 1].ar };
-    let api = scope::dynamic(ctx.client.clone(), ar, meta.namespace.as_deref());
+    let api = scope::dynamic(ctx.client.clone(), &ctx.family.parent.ar, meta.namespace.as_deref());
     let Some(mut object) = bounded(api.get_opt(&at.name)).await? else { return Ok(None) };
-    keep(&whole[kind], &mut object);
+    keep(parents, &mut object);
     Ok(Some(object))
 }
 
@@ -113,19 +160,19 @@ struct State {
     /// For each parent (by uid) whose last reconcile went through: the fingerprint of its inputs then,
     /// and when it is due again regardless.
     synced: HashMap<String, (u64, Instant)>,
-    whole: Arc<Whole>,
+    /// Whole parents read for reconciles, kept between ticks.
+    parents: Cache<DynamicObject>,
+    children: Arc<Children>,
     /// For `--once`: the parents found not Ready.
     not_ready: Vec<String>,
 }
 
-/// A parent's inputs, by version: the parent, each child it controls (by type and metadata), and each
-/// related object its customize hook asked for.
-fn fingerprint(parent: &ObjectMeta, ignore_status: bool, children: &[(usize, ObjectMeta)], related: &[String]) -> u64 {
+/// A parent's inputs, by version: the parent, each child it controls (by type, place and version), and
+/// each related object its customize hook asked for.
+fn fingerprint(parent: &ObjectMeta, ignore_status: bool, children: &[(Child, u64)], related: &[String]) -> u64 {
     let mut hasher = DefaultHasher::new();
     parent_print(parent, ignore_status).hash(&mut hasher);
-    for (kind, child) in children {
-        (kind, &child.namespace, &child.name, &child.resource_version).hash(&mut hasher);
-    }
+    children.hash(&mut hasher);
     related.hash(&mut hasher);
     hasher.finish()
 }
@@ -142,13 +189,13 @@ async fn list_related(ctx: &Context) -> Result<HashMap<String, Vec<ObjectMeta>>,
     Ok(listed)
 }
 
-/// Reads the parent and its children whole (from what was kept, or with a GET each for what changed) and
-/// reconciles it.
+/// Reads the parent whole (as kept, or with a GET when it changed) and its children from their caches,
+/// and reconciles it.
 async fn reconcile(
     ctx: &Context,
-    whole: &Whole,
+    parents: &Cache<DynamicObject>,
+    children: &Children,
     parent: &ObjectMeta,
-    children: &[(usize, ObjectMeta)],
 ) -> Result<Done, ReconcileError> {
     let reading = |failed: Failed| ReconcileError {
         object: place(parent).to_string(),
@@ -157,14 +204,8 @@ async fn reconcile(
     };
     // Deleted since the list: nothing to do.
     let gone = Done { outcome: Outcome::Ignored, resync_after: None, wrote: false };
-    let Some(whole_parent) = read(ctx, whole, 0, parent).await.map_err(reading)? else { return Ok(gone) };
-    let mut observed = Observed::new();
-    for (kind, child) in children {
-        if let Some(object) = read(ctx, whole, kind + 1, child).await.map_err(reading)? {
-            observed.insert(ctx.family.key(*kind, child), object);
-        }
-    }
-    ctx.reconcile(&whole_parent, observed).await
+    let Some(whole_parent) = read(ctx, parents, parent).await.map_err(reading)? else { return Ok(gone) };
+    ctx.reconcile(&whole_parent, observed(&children.owners, &children.caches, &place(parent))).await
 }
 
 impl Poll {
@@ -172,33 +213,58 @@ impl Poll {
         scope::dynamic(self.ctx.client.clone(), &self.ctx.family.parent.ar, self.namespace.as_deref())
     }
 
-    fn children_api(&self, kind: usize) -> Api<DynamicObject> {
-        let child = &self.ctx.family.children[kind];
-        let namespace = self.namespace.as_deref().filter(|_| child.namespaced && self.ctx.family.parent.namespaced);
-        scope::dynamic(self.ctx.client.clone(), &child.ar, namespace)
+    fn child_namespace(&self, kind: usize) -> Option<&str> {
+        let family = &self.ctx.family;
+        self.namespace.as_deref().filter(|_| family.children[kind].namespaced && family.parent.namespaced)
     }
 
-    /// The metadata of the objects of type `kind` (0 the parent's) `api` lists with `lp`. When few of them
-    /// changed since they were read, only their metadata is listed (the reconciles GET those few); when
-    /// none of the type is kept yet or many changed, they are listed whole and kept.
-    async fn list(
-        &self,
-        cache: &Cache<DynamicObject>,
-        api: &Api<DynamicObject>,
-        lp: ListParams,
-    ) -> Result<Vec<ObjectMeta>, Failed> {
-        if !cache.is_empty() {
-            let metas = list_metadata(api, lp.clone()).await?;
-            let changed = metas.iter().filter(|meta| !cache.holds(&place(meta), meta.resource_version.as_deref()));
+    /// The children, followed by the hub's watches; for `once`, listed once.
+    async fn children(&self, once: bool) -> Result<Children, Failed> {
+        let kinds = self.ctx.family.children.len();
+        let owners = Arc::new(Mutex::new(Owners::default()));
+        let (listed, listed_rx) = watch::channel(vec![once; kinds]);
+        let mut followers = JoinSet::new();
+        let mut caches = Vec::new();
+        for kind in 0..kinds {
+            let ar = &self.ctx.family.children[kind].ar;
+            if once {
+                let cache = Cache::default();
+                let api = scope::dynamic(self.ctx.client.clone(), ar, self.child_namespace(kind));
+                for mut child in list_all(&api, ListParams::default().labels(&managed_selector())).await? {
+                    keep(&cache, &mut child);
+                    let controller = owner(&child.metadata, &self.ctx.family);
+                    owners
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .set(&Child { kind, place: place(&child.metadata) }, controller);
+                }
+                caches.push(cache);
+            } else {
+                let (cache, events) = self.hub.objects(ar, self.child_namespace(kind), &managed_selector());
+                followers.spawn(follow(self.ctx.clone(), kind, events, owners.clone(), listed.clone()));
+                caches.push(cache);
+            }
+        }
+        Ok(Children { caches, owners, listed: listed_rx, _followers: followers })
+    }
+
+    /// The metadata of the parents. When few of them changed since they were read, only their metadata
+    /// is listed (the reconciles GET those few); when none is kept yet or many changed, they are listed
+    /// whole and kept.
+    async fn list_parents(&self, parents: &Cache<DynamicObject>) -> Result<Vec<ObjectMeta>, Failed> {
+        let api = self.parents_api();
+        if !parents.is_empty() {
+            let metas = list_metadata(&api, ListParams::default()).await?;
+            let changed = metas.iter().filter(|meta| !parents.holds(&place(meta), meta.resource_version.as_deref()));
             if changed.count() <= GET_AT_MOST {
                 return Ok(metas);
             }
         }
-        let mut objects = list_all(api, lp).await?;
+        let mut objects = list_all(&api, ListParams::default()).await?;
         Ok(objects
             .iter_mut()
             .map(|object| {
-                keep(cache, object);
+                keep(parents, object);
                 std::mem::take(&mut object.metadata)
             })
             .collect())
@@ -207,25 +273,9 @@ impl Poll {
     /// Lists, and starts a reconcile for each parent whose inputs changed (or whose resync is due) and
     /// that is neither running nor waiting. Returns how many parents there are.
     async fn tick(&self, state: &mut State, once: bool) -> anyhow::Result<usize> {
-        let whole = &state.whole;
-        let parents = self.list(&whole[0], &self.parents_api(), ListParams::default()).await?;
+        let parents = self.list_parents(&state.parents).await?;
         let listed: HashSet<Place> = parents.iter().map(place).collect();
-        whole[0].retain(|at| listed.contains(at));
-        let family = &self.ctx.family;
-        let mut children: HashMap<String, Vec<(usize, ObjectMeta)>> = HashMap::new();
-        for kind in 0..family.children.len() {
-            let lp = ListParams::default().labels(&managed_selector());
-            let metas = self.list(&whole[kind + 1], &self.children_api(kind), lp).await?;
-            let mut listed = HashSet::new();
-            for child in metas {
-                if let Some((_, owner)) = controller_of(&child, &family.parent) {
-                    listed.insert(place(&child));
-                    children.entry(owner.to_owned()).or_default().push((kind, child));
-                }
-            }
-            whole[kind + 1].retain(|at| listed.contains(at));
-        }
-
+        state.parents.retain(|at| listed.contains(at));
         let related = list_related(&self.ctx).await?;
 
         let now = Instant::now();
@@ -236,14 +286,21 @@ impl Poll {
         let mut started = 0;
         for parent in parents {
             let uid = parent.uid.clone().unwrap_or_default();
-            let observed = children.remove(&uid).unwrap_or_default();
             if state.running.contains(&uid) {
                 continue;
             }
+            let children = &state.children;
+            let inputs: Vec<(Child, u64)> = {
+                let owners = children.owners.lock().unwrap_or_else(|e| e.into_inner());
+                let mine = owners.children_of(&place(&parent));
+                mine.iter()
+                    .filter_map(|child| Some((child.clone(), children.caches[child.kind].version(&child.place)?)))
+                    .collect()
+            };
             let print = fingerprint(
                 &parent,
                 self.ctx.ignore_status_changes,
-                &observed,
+                &inputs,
                 &self.ctx.related.versions_for(&uid, &related),
             );
             if let Some((last, due)) = state.synced.get(&uid)
@@ -257,10 +314,11 @@ impl Poll {
             }
             state.running.insert(uid.clone());
             started += 1;
-            let (ctx, slots, whole) = (self.ctx.clone(), state.slots.clone(), state.whole.clone());
+            let (ctx, slots) = (self.ctx.clone(), state.slots.clone());
+            let (parents, children) = (state.parents.clone(), state.children.clone());
             state.tasks.spawn(async move {
                 let _slot = slots.acquire_owned().await.expect("the semaphore is never closed");
-                let result = reconcile(&ctx, &whole, &parent, &observed).await;
+                let result = reconcile(&ctx, &parents, &children, &parent).await;
                 (uid, place(&parent), print, result)
             });
         }
@@ -318,12 +376,22 @@ impl Poll {
     /// Ticks every `interval` until `stop` turns true, then lets the reconciles already running finish.
     /// With `once`, one tick, and the result once its reconciles are done.
     pub async fn run(&self, once: bool, mut stop: watch::Receiver<bool>) -> anyhow::Result<Option<Pass>> {
+        let children = Arc::new(self.children(once).await?);
+        // Nothing is reconciled before every child cache holds its first full list, or a reconcile
+        // would miss its children in it and create them again. Until then the watches report their own
+        // failures (the log, the probes).
+        let mut listed = children.listed.clone();
+        tokio::select! {
+            _ = listed.wait_for(|listed| listed.iter().all(|l| *l)) => {}
+            () = async { drop(stop.wait_for(|stopped| *stopped).await) } => return Ok(None),
+        }
         let mut state = State {
             running: HashSet::new(),
             tasks: JoinSet::new(),
             slots: Arc::new(Semaphore::new(self.concurrency.max(1))),
             synced: HashMap::new(),
-            whole: Arc::new((0..=self.ctx.family.children.len()).map(|_| Cache::default()).collect()),
+            parents: Cache::default(),
+            children,
             not_ready: Vec::new(),
         };
         loop {

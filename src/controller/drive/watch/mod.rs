@@ -15,7 +15,6 @@
 
 pub mod hub;
 mod once;
-mod owners;
 mod queue;
 mod triggers;
 
@@ -36,14 +35,12 @@ use tokio::time::Instant;
 use crate::cluster::resolve::Resolved;
 use crate::controller::drive::cache::Cache;
 use crate::controller::drive::changes::parent_print;
+use crate::controller::drive::owners::{Child, Owners, observed, owner};
 use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
-use crate::controller::rules::children::{
-    ChildKey, Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, controller_of, managed_selector,
-};
+use crate::controller::rules::children::{Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, managed_selector};
 use hub::Hub;
 use once::Once;
-use owners::{Child, Owners};
 use queue::{Lane, Queue};
 use triggers::{Seen, triggers};
 
@@ -71,26 +68,8 @@ struct Shared {
 
 impl Shared {
     fn children_of(&self, parent: &Place) -> Observed {
-        let children: Vec<Child> = self.owners.lock().unwrap_or_else(|e| e.into_inner()).children_of(parent).to_vec();
-        children
-            .into_iter()
-            .filter_map(|Child { kind, place }| {
-                let child = self.children[kind].get(&place)?;
-                let key = ChildKey { kind, namespace: place.namespace.to_string(), name: place.name.to_string() };
-                Some((key, child))
-            })
-            .collect()
+        observed(&self.owners, &self.children, parent)
     }
-}
-
-/// The parent that controls the object `meta` describes, if one of the parent's type does.
-fn owner(meta: &ObjectMeta, family: &Family) -> Option<Place> {
-    let (name, _) = controller_of(meta, &family.parent)?;
-    let namespace = match family.parent.namespaced {
-        true => meta.namespace.as_deref().unwrap_or_default(),
-        false => "",
-    };
-    Some(Place::new(namespace, name))
 }
 
 fn places(parents: &[(String, String)]) -> Vec<Place> {

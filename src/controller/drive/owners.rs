@@ -5,8 +5,24 @@
 //! and the engine keeps only those controlled by its own uid.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::DynamicObject;
+
+use crate::controller::drive::cache::Cache;
 use crate::controller::drive::place::Place;
+use crate::controller::rules::children::{ChildKey, Family, Observed, controller_of};
+
+/// The parent that controls the object `meta` describes, if one of the parent's type does.
+pub fn owner(meta: &ObjectMeta, family: &Family) -> Option<Place> {
+    let (name, _) = controller_of(meta, &family.parent)?;
+    let namespace = match family.parent.namespaced {
+        true => meta.namespace.as_deref().unwrap_or_default(),
+        false => "",
+    };
+    Some(Place::new(namespace, name))
+}
 
 /// A cached child: its type (the index in the controller's child types) and place.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -48,6 +64,19 @@ impl Owners {
     pub fn children_of(&self, parent: &Place) -> &[Child] {
         self.children_of.get(parent).map_or(&[], Vec::as_slice)
     }
+}
+
+/// The children `parent` controls, whole, read from their caches (`caches[kind]` for child type `kind`).
+pub fn observed(owners: &Mutex<Owners>, caches: &[Cache<DynamicObject>], parent: &Place) -> Observed {
+    let children: Vec<Child> = owners.lock().unwrap_or_else(|e| e.into_inner()).children_of(parent).to_vec();
+    children
+        .into_iter()
+        .filter_map(|Child { kind, place }| {
+            let child = caches[kind].get(&place)?;
+            let key = ChildKey { kind, namespace: place.namespace.to_string(), name: place.name.to_string() };
+            Some((key, child))
+        })
+        .collect()
 }
 
 #[cfg(test)]
