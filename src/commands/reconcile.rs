@@ -20,6 +20,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         lease_duration: args.lease_duration,
         renew_deadline: args.renew_deadline,
         retry_period: args.retry_period,
+        labels: Default::default(),
     });
     let serve = Serve {
         health: args.health_addr,

@@ -11,6 +11,7 @@
 //! because kube sets no read timeout and a request to a wedged API server may never return. Releasing
 //! clears the holder so a standby takes over at its next retry.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,8 @@ pub struct Election {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
+    /// Labels the Lease carries (a shard member's names its ring).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// A running election: `leading` is true while this replica holds the lease.
@@ -169,7 +172,11 @@ impl Election {
     async fn try_acquire_or_renew(&self, api: &Api<Lease>, observed: &mut Option<Observed>) -> Result<Look> {
         let Some(mut lease) = api.get_opt(&self.name).await? else {
             let lease = Lease {
-                metadata: ObjectMeta { name: Some(self.name.clone()), ..ObjectMeta::default() },
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    labels: Some(self.labels.clone()).filter(|l| !l.is_empty()),
+                    ..ObjectMeta::default()
+                },
                 spec: Some(self.spec(Some(Self::now()), 0)),
             };
             return match api.create(&PostParams::default(), &lease).await {
@@ -198,6 +205,9 @@ impl Election {
             _ => self.spec(Some(Self::now()), transitions + 1),
         };
         lease.spec = Some(new_spec);
+        if !self.labels.is_empty() {
+            lease.metadata.labels.get_or_insert_with(BTreeMap::new).extend(self.labels.clone());
+        }
         // A replace carries the resourceVersion we read: if another candidate wrote in between, ours fails.
         match api.replace(&self.name, &PostParams::default(), &lease).await {
             Ok(_) => Ok(Look::Holding),

@@ -28,4 +28,5 @@ pub mod rules;
 pub mod run;
 pub mod serve;
 pub mod settings;
+pub mod shard;
 pub mod sync;

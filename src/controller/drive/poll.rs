@@ -36,7 +36,6 @@ use crate::controller::drive::place::{Place, place};
 use crate::controller::drive::watch::hub::Hub;
 use crate::controller::engine::request::{Failed, bounded};
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
-use crate::controller::rules::children::managed_selector;
 
 pub struct Poll {
     pub ctx: Arc<Context>,
@@ -230,7 +229,7 @@ impl Poll {
             if once {
                 let cache = Cache::default();
                 let api = scope::dynamic(self.ctx.client.clone(), ar, self.child_namespace(kind));
-                for mut child in list_all(&api, ListParams::default().labels(&managed_selector())).await? {
+                for mut child in list_all(&api, ListParams::default().labels(&self.ctx.child_labels())).await? {
                     keep(&cache, &mut child);
                     let controller = owner(&child.metadata, &self.ctx.family);
                     owners
@@ -240,7 +239,7 @@ impl Poll {
                 }
                 caches.push(cache);
             } else {
-                let (cache, events) = self.hub.objects(ar, self.child_namespace(kind), &managed_selector());
+                let (cache, events) = self.hub.objects(ar, self.child_namespace(kind), &self.ctx.child_labels());
                 followers.spawn(follow(self.ctx.clone(), kind, events, owners.clone(), listed.clone()));
                 caches.push(cache);
             }
@@ -253,14 +252,15 @@ impl Poll {
     /// whole and kept.
     async fn list_parents(&self, parents: &Cache<DynamicObject>) -> Result<Vec<ObjectMeta>, Failed> {
         let api = self.parents_api();
+        let lp = ListParams::default().labels(&self.ctx.parent_labels());
         if !parents.is_empty() {
-            let metas = list_metadata(&api, ListParams::default()).await?;
+            let metas = list_metadata(&api, lp.clone()).await?;
             let changed = metas.iter().filter(|meta| !parents.holds(&place(meta), meta.resource_version.as_deref()));
             if changed.count() <= GET_AT_MOST {
                 return Ok(metas);
             }
         }
-        let mut objects = list_all(&api, ListParams::default()).await?;
+        let mut objects = list_all(&api, lp).await?;
         Ok(objects
             .iter_mut()
             .map(|object| {

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::Value;
 
+use crate::controller::shard::member::DOMAIN;
 use super::request::{Failed, bounded};
 use super::{Applied, Context, failure, key, place, uid};
 use crate::controller::rules::FIELD_MANAGER;
@@ -295,10 +296,18 @@ impl Context {
 /// `controller-uid` one, when the hook's child has it).
 fn labelled(existing: &DynamicObject, desired: &Value) -> bool {
     let labels = existing.metadata.labels.as_ref();
-    [MANAGED_BY_LABEL, CONTROLLER_UID].iter().all(|key| match desired["metadata"]["labels"][*key].as_str() {
-        Some(want) => labels.and_then(|l| l.get(*key)).map(String::as_str) == Some(want),
+    marks(desired).all(|key| match desired["metadata"]["labels"][key].as_str() {
+        Some(want) => labels.and_then(|l| l.get(key)).map(String::as_str) == Some(want),
         None => true,
     })
+}
+
+/// The keys of the labels samplectl marks its children with: its own, the `controller-uid` one, and
+/// the shard member's.
+fn marks(desired: &Value) -> impl Iterator<Item = &str> {
+    let shard = desired["metadata"]["labels"].as_object().into_iter().flat_map(|labels| labels.keys());
+    let shard = shard.map(String::as_str).filter(|key| key.strip_prefix(DOMAIN).is_some_and(|rest| rest.starts_with('/')));
+    [MANAGED_BY_LABEL, CONTROLLER_UID].into_iter().chain(shard)
 }
 
 /// The merge patch that marks `existing` as the parent's: samplectl's labels (so its watches see the
@@ -308,7 +317,7 @@ fn labelled(existing: &DynamicObject, desired: &Value) -> bool {
 fn claim(existing: &DynamicObject, desired: &Value, adopt: bool) -> Option<Value> {
     let (uid, version) = (existing.metadata.uid.as_ref()?, existing.metadata.resource_version.as_ref()?);
     let mut labels = serde_json::Map::new();
-    for key in [MANAGED_BY_LABEL, CONTROLLER_UID] {
+    for key in marks(desired) {
         if let Some(value) = desired["metadata"]["labels"].get(key) {
             labels.insert(key.to_owned(), value.clone());
         }

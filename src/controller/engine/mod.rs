@@ -12,6 +12,7 @@ pub mod conflicts;
 mod decorate;
 pub mod events;
 mod finalizer;
+mod handover;
 pub mod related;
 pub mod request;
 mod revisions;
@@ -29,13 +30,16 @@ use kube::api::{Api, DynamicObject, TypeMeta};
 use kube::{Client, Resource};
 use serde_json::Value;
 
-use super::rules::children::{Adoption, CONTROLLER_UID, ChildKey, Family, Observed, Update, controlled_by};
+use super::rules::children::{
+    Adoption, CONTROLLER_UID, ChildKey, Family, Observed, Update, controlled_by, managed_selector,
+};
 use super::rules::decorate::DECORATOR_ANNOTATION;
 use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step};
 use super::rules::selector::ParentSelector;
 use super::rules::status::{Readiness, summary};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
+use super::shard::member::Member;
 use super::sync::{Answer, Inputs, Shape, Syncer};
 use crate::cluster::scope;
 use backoff::Backoff;
@@ -147,6 +151,9 @@ pub struct Context {
     events: EventQueue,
     /// This controller's driver has seen all its parents once (for /readyz).
     listed: AtomicBool,
+    /// This replica's place in a shard ring: only the parents labelled for it are reconciled, and its
+    /// children carry the same label.
+    pub shard: Option<Member>,
 }
 
 pub fn key(object: &DynamicObject) -> String {
@@ -211,6 +218,7 @@ impl Context {
             related,
             events,
             listed: AtomicBool::new(false),
+            shard: None,
         }
     }
 
@@ -236,6 +244,22 @@ impl Context {
     }
 
     /// The parent with this uid is gone: forget everything kept for it.
+    /// The label selector of the parents this replica reconciles: all of them, or in a shard ring the
+    /// ones labelled for its member.
+    pub fn parent_labels(&self) -> String {
+        self.shard.as_ref().map(Member::selector).unwrap_or_default()
+    }
+
+    /// The label selector of the children this replica's drivers follow: the ones samplectl manages,
+    /// and in a shard ring only those labelled for its member.
+    pub fn child_labels(&self) -> String {
+        let managed = managed_selector();
+        match &self.shard {
+            Some(member) => format!("{managed},{}", member.selector()),
+            None => managed,
+        }
+    }
+
     pub fn parent_gone(&self, parent_uid: &str) {
         self.written.forget(parent_uid);
         self.backoff.clear(parent_uid);
@@ -258,6 +282,15 @@ impl Context {
     /// watch cache, so perhaps behind the API server); when they say nothing needs writing, no request is
     /// made.
     pub async fn reconcile(&self, parent: &DynamicObject, children: Observed) -> Result<Done, ReconcileError> {
+        if let Some(member) = &self.shard {
+            // Whatever a driver's cache says, a parent not labelled for this member is not its to write.
+            if !member.holds(&parent.metadata) {
+                return Ok(Done { outcome: Outcome::Ignored, resync_after: None, wrote: false });
+            }
+            if let Some(to) = member.drained_to(&parent.metadata) {
+                return self.hand_over(member, parent, &children, to).await;
+            }
+        }
         let started = std::time::Instant::now();
         self.metrics.in_flight.inc();
         let deadline = RECONCILE_TIMEOUT + self.sync.timeout();
@@ -439,6 +472,9 @@ impl Context {
                 if labels.get(CONTROLLER_UID).is_none() {
                     labels[CONTROLLER_UID] = uid(parent).into();
                 }
+            }
+            if let Some(member) = &self.shard {
+                body["metadata"]["labels"][member.label()] = member.name.clone().into();
             }
             if self.sync.shape() == Shape::Decorator {
                 body["metadata"]["annotations"][DECORATOR_ANNOTATION] = self.name.clone().into();

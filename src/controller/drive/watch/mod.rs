@@ -38,7 +38,7 @@ use crate::controller::drive::changes::parent_print;
 use crate::controller::drive::owners::{Child, Owners, observed, owner};
 use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
-use crate::controller::rules::children::{Family, MANAGED_BY, MANAGED_BY_LABEL, Observed, managed_selector};
+use crate::controller::rules::children::{Family, MANAGED_BY, MANAGED_BY_LABEL, Observed};
 use hub::Hub;
 use once::Once;
 use queue::{Lane, Queue};
@@ -245,7 +245,7 @@ impl Watch {
     /// reconciled once, and then returns the ones that are not Ready.
     pub async fn run(&self, once: bool, stop: watch::Receiver<bool>) -> kube::Result<Option<Vec<String>>> {
         let family = self.ctx.family.clone();
-        let parents_feed = self.hub.objects(&family.parent.ar, self.namespace.as_deref(), "");
+        let parents_feed = self.hub.objects(&family.parent.ar, self.namespace.as_deref(), &self.ctx.parent_labels());
         let parents = parents_feed.0.clone();
         let owners = Arc::new(Mutex::new(Owners::default()));
         let tracker = once.then(|| Arc::new(Once::new()));
@@ -255,7 +255,7 @@ impl Watch {
         let mut triggers: Vec<Triggers> = Vec::new();
         for kind in 0..family.children.len() {
             let (cache, events) =
-                self.hub.objects(&family.children[kind].ar, self.child_namespace(kind), &managed_selector());
+                self.hub.objects(&family.children[kind].ar, self.child_namespace(kind), &self.ctx.child_labels());
             children.push(cache);
             triggers.push(self.labelled_children(kind, events, &parents, &owners, &listed));
             triggers.push(self.other_objects(kind, &parents));
