@@ -16,6 +16,7 @@ use crate::cluster::client::ClientOptions;
 use crate::cluster::resolve::{Gvr, check_resource_name};
 use crate::controller::crd::serves_samples;
 use crate::controller::leader::Election;
+use crate::controller::shard::member::{check_member, check_ring};
 use crate::controller::sync::hook::Target as HookTarget;
 use crate::logging::LogFormat;
 use crate::output::color::ColorChoice;
@@ -171,13 +172,25 @@ pub struct ReconcileArgs {
     #[arg(long, default_value = "samplectl-leader", value_name = "NAME")]
     pub leader_election_id: String,
 
-    /// The Lease's namespace (default: the kubeconfig context's or the pod's namespace)
+    /// The namespace of the Lease (and of a shard ring's Leases) (default: the kubeconfig context's or
+    /// the pod's namespace)
     #[arg(long, value_name = "NS", add = ArgValueCompleter::new(complete::namespaces))]
     pub leader_election_namespace: Option<String>,
 
     /// This replica's name in the Lease (default: POD_NAME or the hostname, with the process id)
     #[arg(long, value_name = "ID")]
     pub leader_election_identity: Option<String>,
+
+    /// Share the parents among every replica started with this ring name: each holds a Lease of its own
+    /// and reconciles the parents labelled for it; one of them labels each parent by consistent hashing
+    /// and moves parents as replicas come and go (in place of --leader-elect)
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["leader_elect", "once", "from_cluster"])]
+    pub shard_ring: Option<String>,
+
+    /// This replica's name in the ring, on its Lease and in the labels (default: POD_NAME, or the
+    /// hostname with the process id)
+    #[arg(long, value_name = "NAME", requires = "shard_ring")]
+    pub shard_member: Option<String>,
 
     /// How long a Lease holds without renewal before a standby may take it (at least 1s); also how long
     /// the API server may be out of reach before /healthz fails
@@ -627,7 +640,15 @@ impl ReconcileArgs {
         if !hooked && self.finalize {
             return Some("--finalize calls a hook on deletion; give --hook or --hook-url too".into());
         }
-        if self.leader_elect {
+        if let Some(ring) = &self.shard_ring {
+            if let Err(problem) = check_ring(ring) {
+                return Some(problem);
+            }
+            if let Some(Err(problem)) = self.shard_member.as_deref().map(check_member) {
+                return Some(problem);
+            }
+        }
+        if self.leader_elect || self.shard_ring.is_some() {
             return Election::check_timing(self.lease_duration, self.renew_deadline, self.retry_period).err();
         }
         None

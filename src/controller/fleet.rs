@@ -86,6 +86,7 @@ impl State<'_> {
                     definitions,
                     self.fleet.namespace.as_deref(),
                     self.fleet.driving,
+                    None,
                     (self.metrics, self.health, &self.hub),
                 );
                 let contexts: Vec<Arc<Context>> = reconciling.controllers.iter().map(|(c, _)| c.clone()).collect();
@@ -276,7 +277,7 @@ impl Fleet {
         health.expect(definitions.len());
         let hub = Arc::new(Hub::new(conn.client.clone(), health.clone()));
         let shared = (metrics, health, &hub);
-        let reconciling = Reconciling::new(conn, definitions, self.namespace.as_deref(), self.driving, shared);
+        let reconciling = Reconciling::new(conn, definitions, self.namespace.as_deref(), self.driving, None, shared);
         if let Err(err) = reconciling.run(stop).await {
             problems.push(format!("{err:#}"));
         }

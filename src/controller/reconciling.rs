@@ -15,6 +15,7 @@ use super::engine::{Context, Definition};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
 use super::settings::Driver;
+use super::shard::member::Member;
 use super::sync::{Shape, Syncer};
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::Resolved;
@@ -56,6 +57,7 @@ impl Reconciling {
         definitions: Vec<Definition>,
         namespace: Option<&str>,
         driving: Driving,
+        shard: Option<&Member>,
         (metrics, health, hub): (&Arc<Metrics>, &Arc<Health>, &Arc<Hub>),
     ) -> Self {
         let driver_name = driving.name();
@@ -70,7 +72,9 @@ impl Reconciling {
                 "reconciling {} in {scope} ({driver_name} driver)",
                 describe(&definition)
             );
-            let ctx = Arc::new(Context::new(conn.client.clone(), definition, metrics.clone(), health.clone()));
+            let mut ctx = Context::new(conn.client.clone(), definition, metrics.clone(), health.clone());
+            ctx.shard = shard.cloned();
+            let ctx = Arc::new(ctx);
             controllers.push((ctx, namespace));
         }
         Reconciling { controllers, driving, hub: hub.clone() }

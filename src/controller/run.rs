@@ -2,6 +2,7 @@
 //! for any resource given one, observe mode for anything else), and runs the driver inside what goes
 //! around it: shutdown within the timeout, leader election, health, metrics and the request totals.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -14,13 +15,15 @@ use super::define;
 use super::drive::observe;
 use super::drive::watch::hub::Hub;
 use super::fleet::Fleet;
-use super::leader::Election;
+use super::leader::{Candidate, Election};
 use super::reconciling::{Driving, Reconciling};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
 use super::serve::metrics_access::MetricsAccess;
 use super::serve::{Secure, serve_health, serve_metrics, tls};
-use super::settings::{Driver, Serve, Settings, Source};
+use super::settings::{Driver, Serve, Settings, Sharding, Source};
+use super::shard::coordinator::Coordinator;
+use super::shard::member::RING_LABEL;
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
 use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
@@ -28,7 +31,8 @@ use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
 const STATS_EVERY: Duration = Duration::from_secs(60);
 
 pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
-    let Settings { source, namespace, driver, concurrency, once, election, serve, shutdown_timeout } = settings;
+    let Settings { source, namespace, driver, concurrency, once, election, sharding, serve, shutdown_timeout } =
+        settings;
     let driving = Driving { driver, concurrency, once };
     let driver_name = driving.name();
     // Everything is resolved and checked before anything is served or written.
@@ -48,6 +52,9 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
             match hook {
                 Some(hook) => vec![define::hooked(conn, resolved, &hook).await?],
                 None if serves_samples(&gvr) => vec![define::built_in(resolved)],
+                None if sharding.is_some() => {
+                    bail!("--shard-ring shares a controller's parents; {} have no controller here", gvr.resource)
+                }
                 None => {
                     let (_, health) = start_serving(conn, &serve).await?;
                     let stop = stop_on_signal();
@@ -74,9 +81,16 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     health.expect(definitions.len());
     let stop = stop_on_signal();
     let hub = Arc::new(Hub::new(conn.client.clone(), health.clone()));
-    let reconciling = Reconciling::new(conn, definitions, namespace.as_deref(), driving, (&metrics, &health, &hub));
-    let work = Work::Fixed(reconciling);
-    let result = lead_or_run(conn, election, work, (metrics, health), stop, shutdown_timeout).await;
+    let member = sharding.as_ref().map(|s| &s.member);
+    let reconciling =
+        Reconciling::new(conn, definitions, namespace.as_deref(), driving, member, (&metrics, &health, &hub));
+    let result = match sharding {
+        Some(sharding) => {
+            let serving = (&metrics, &health, &hub);
+            shard_then_reconcile(conn, sharding, reconciling, serving, stop, shutdown_timeout).await
+        }
+        None => lead_or_run(conn, election, Work::Fixed(reconciling), (metrics, health), stop, shutdown_timeout).await,
+    };
     tracing::info!("requests sent: {}", conn.requests.snapshot());
     result
 }
@@ -241,4 +255,98 @@ async fn lead_then_reconcile(
     metrics.leader.set(0);
     candidate.release().await;
     result
+}
+
+/// Joins the shard ring: holds this member's Lease, stands for the ring's coordinator, and reconciles
+/// the parents labelled for this member while it holds its Lease. Losing it is handled as a leader
+/// handles losing its lease: the work in flight is aborted and the exit status is 1 (the coordinator
+/// moves this member's parents once the Lease has run out). On SIGTERM the work in flight finishes, and
+/// then the Lease is released, so that the coordinator moves this member's parents at once.
+async fn shard_then_reconcile(
+    conn: &Connection,
+    sharding: Sharding,
+    reconciling: Reconciling,
+    (metrics, health, hub): (&Arc<Metrics>, &Arc<Health>, &Arc<Hub>),
+    mut stop: watch::Receiver<bool>,
+    shutdown_timeout: Duration,
+) -> Result<()> {
+    let Sharding { member, lease_namespace, lease_duration, renew_deadline, retry_period } = sharding;
+    let lease = |name: String, labels: BTreeMap<String, String>| Election {
+        name,
+        namespace: lease_namespace.clone(),
+        identity: member.name.clone(),
+        lease_duration,
+        renew_deadline,
+        retry_period,
+        labels,
+    };
+    let ring_label = BTreeMap::from([(RING_LABEL.to_owned(), member.ring.clone())]);
+    let mut membership = lease(member.lease(), ring_label).start(conn.client.clone(), health.clone())?;
+    health.standby.store(true, Ordering::Relaxed);
+    while !*membership.leading.borrow_and_update() {
+        tokio::select! {
+            changed = membership.leading.changed() => if changed.is_err() { bail!("the shard ring's Lease stopped") },
+            _ = stop.wait_for(|s| *s) => {
+                membership.release().await;
+                return Ok(());
+            }
+        }
+    }
+    health.standby.store(false, Ordering::Relaxed);
+    metrics.leader.set(1);
+    tracing::info!(ring = member.ring, "member {} of the shard ring {}", member.name, member.ring);
+
+    let coordinator = Coordinator {
+        client: conn.client.clone(),
+        hub: hub.clone(),
+        ring: member.ring.clone(),
+        lease_namespace: lease_namespace.clone(),
+        lease_duration,
+        retry_period,
+        parents: reconciling.controllers.iter().map(|(ctx, ns)| (ctx.family.parent.ar.clone(), ns.clone())).collect(),
+    };
+    let (stop_coordinating, coordinating) = watch::channel(false);
+    let candidacy = lease(member.ring.clone(), BTreeMap::new()).start(conn.client.clone(), health.clone())?;
+    let coordination = tokio::spawn(coordinate(coordinator, candidacy, coordinating));
+
+    let mut holding = membership.leading.clone();
+    let work = drain_within(reconciling.run(stop.clone()), stop, shutdown_timeout);
+    let result = tokio::select! {
+        result = work => result,
+        _ = holding.wait_for(|held| !*held) => {
+            tracing::warn!("lost this member's shard Lease; abandoning the work in flight");
+            Err(anyhow!("lost this member's shard Lease; stopped reconciling"))
+        }
+    };
+    metrics.leader.set(0);
+    let _ = stop_coordinating.send(true);
+    let _ = coordination.await;
+    // Only now that nothing is written any more: the coordinator hands this member's parents on at once.
+    membership.release().await;
+    result
+}
+
+/// Coordinates the ring whenever this replica holds the coordinator's Lease, until `stop`.
+async fn coordinate(coordinator: Coordinator, mut candidacy: Candidate, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            held = candidacy.leading.wait_for(|held| *held) => if held.is_err() { return },
+            _ = stop.wait_for(|s| *s) => break,
+        }
+        tracing::info!(ring = coordinator.ring, "coordinating the shard ring {}", coordinator.ring);
+        let (stop_run, run_stopped) = watch::channel(false);
+        let mut leading = candidacy.leading.clone();
+        tokio::select! {
+            () = coordinator.run(run_stopped) => {}
+            _ = leading.wait_for(|held| !*held) => {
+                tracing::warn!(ring = coordinator.ring, "lost the coordinator's Lease; no longer coordinating");
+            }
+            _ = stop.wait_for(|s| *s) => {
+                let _ = stop_run.send(true);
+                break;
+            }
+        }
+        drop(stop_run);
+    }
+    candidacy.release().await;
 }

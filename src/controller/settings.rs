@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::leader::Election;
+use super::shard::member::Member;
 use super::sync::hook::Target as HookTarget;
 use crate::cluster::resolve::Gvr;
 
@@ -23,9 +24,22 @@ pub struct Settings {
     pub once: bool,
     /// `--leader-elect`: reconcile only while holding this Lease.
     pub election: Option<Election>,
+    /// `--shard-ring`: reconcile the parents labelled for this replica's member of the ring.
+    pub sharding: Option<Sharding>,
     pub serve: Serve,
     /// How long the work in flight may take to finish once stopping.
     pub shutdown_timeout: Duration,
+}
+
+/// A replica's part in a shard ring: its member, and where and how its Leases are held (the same
+/// timings as leader election).
+#[derive(Debug, Clone)]
+pub struct Sharding {
+    pub member: Member,
+    pub lease_namespace: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
 }
 
 /// Where the controllers come from.

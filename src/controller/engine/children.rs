@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::Value;
 
-use crate::controller::shard::member::DOMAIN;
 use super::request::{Failed, bounded};
 use super::{Applied, Context, failure, key, place, uid};
 use crate::controller::rules::FIELD_MANAGER;
@@ -19,6 +18,7 @@ use crate::controller::rules::children::{
 };
 use crate::controller::rules::selector::LabelSelector;
 use crate::controller::rules::status::Readiness;
+use crate::controller::shard::member::DOMAIN;
 
 /// What writing one child came to.
 enum ChildOutcome {
@@ -306,7 +306,8 @@ fn labelled(existing: &DynamicObject, desired: &Value) -> bool {
 /// the shard member's.
 fn marks(desired: &Value) -> impl Iterator<Item = &str> {
     let shard = desired["metadata"]["labels"].as_object().into_iter().flat_map(|labels| labels.keys());
-    let shard = shard.map(String::as_str).filter(|key| key.strip_prefix(DOMAIN).is_some_and(|rest| rest.starts_with('/')));
+    let shard =
+        shard.map(String::as_str).filter(|key| key.strip_prefix(DOMAIN).is_some_and(|rest| rest.starts_with('/')));
     [MANAGED_BY_LABEL, CONTROLLER_UID].into_iter().chain(shard)
 }
 

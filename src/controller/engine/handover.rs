@@ -25,7 +25,8 @@ impl Context {
             if !controlled_by(&child.metadata, &uid(parent)) || !member.holds(&child.metadata) {
                 continue;
             }
-            let patch = json!({"metadata": {"resourceVersion": child.metadata.resource_version, "labels": {&label: to}}});
+            let patch =
+                json!({"metadata": {"resourceVersion": child.metadata.resource_version, "labels": {&label: to}}});
             let api = self.child_api(child_key.kind, &child_key.namespace);
             match bounded(api.patch(&child_key.name, &PatchParams::default(), &Patch::Merge(&patch))).await {
                 // Changed or gone since it was read: the new member finds it as it is and puts it right.
@@ -40,7 +41,7 @@ impl Context {
         }});
         let name = parent.metadata.name.as_deref().unwrap_or_default();
         match bounded(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await {
-            Ok(_) => tracing::info!(controller = self.name, object, "handed over to shard member {to}"),
+            Ok(_) => tracing::info!(controller = self.name, "{object}: handed over to shard member {to}"),
             // Changed since it was read: the watch (or the next tick) brings the new version, and this
             // member lets go of it then if it is still its own and still being moved.
             Err(failed) if matches!(failed.status(), Some(404 | 409)) => {}

@@ -22,10 +22,10 @@ use std::time::Duration;
 use futures::stream::{SelectAll, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::runtime::watcher;
-use kube::Client;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -191,7 +191,7 @@ impl Coordinator {
     }
 
     /// Coordinates until `stop` turns true.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    pub async fn run(&self, mut stop: watch::Receiver<bool>) {
         let mut members = Members::new(self.lease_duration, Instant::now());
         let mut feeds = SelectAll::new();
         for (index, (ar, namespace)) in self.parents.iter().enumerate() {
@@ -247,7 +247,7 @@ impl Coordinator {
                         }
                     }
                 }
-                _ = stop.wait_for(|s| *s) => return,
+                () = async { drop(stop.wait_for(|s| *s).await) } => return,
             }
             if decide_all {
                 pending = parents.keys().cloned().collect();
@@ -297,7 +297,6 @@ fn describe(ring: &Ring) -> String {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,7 +342,10 @@ mod tests {
             json!({"metadata": {"resourceVersion": "42", "labels": {
                 "shard.samplectl.io/r": "b", "drain.shard.samplectl.io/r": null}}})
         );
-        assert_eq!(patch(&Step::Drain("b".into()), "r", "1")["metadata"]["labels"], json!({"drain.shard.samplectl.io/r": "b"}));
+        assert_eq!(
+            patch(&Step::Drain("b".into()), "r", "1")["metadata"]["labels"],
+            json!({"drain.shard.samplectl.io/r": "b"})
+        );
         assert_eq!(patch(&Step::Stay, "r", "1")["metadata"]["labels"], json!({"drain.shard.samplectl.io/r": null}));
     }
 

@@ -54,6 +54,19 @@ pub fn check_member(member: &str) -> Result<(), String> {
     }
 }
 
+/// A member's name when none is given: the pod's name, or the hostname with the process id, in lower
+/// case with anything a Lease's name cannot hold made '-'.
+pub fn default_member() -> String {
+    let identity = match std::env::var("POD_NAME") {
+        Ok(pod) if !pod.is_empty() => pod,
+        _ => crate::controller::leader::default_identity(),
+    };
+    let name: String =
+        identity.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' }).collect();
+    let name: String = name.chars().take(63).collect();
+    name.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_owned()
+}
+
 fn label_name(name: &str) -> bool {
     let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
     name.len() <= 63

@@ -53,9 +53,7 @@ impl Ring {
         let mut points: Vec<(u64, usize)> = members
             .iter()
             .enumerate()
-            .flat_map(|(index, member)| {
-                (0..VNODES).map(move |v| (point(member, v), index))
-            })
+            .flat_map(|(index, member)| (0..VNODES).map(move |v| (point(member, v), index)))
             .collect();
         // Two points at one place (vanishingly rare): the lower member name wins, the same everywhere.
         points.sort_unstable();
@@ -166,7 +164,10 @@ mod tests {
             assert_eq!(shares.len(), n, "every member owns some");
             let fair = uids.len() / n;
             for (member, share) in shares {
-                assert!(share > fair * 85 / 100 && share < fair * 115 / 100, "{n} members: {member} has {share}, fair {fair}");
+                assert!(
+                    share > fair * 85 / 100 && share < fair * 115 / 100,
+                    "{n} members: {member} has {share}, fair {fair}"
+                );
             }
         }
     }
