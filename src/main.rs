@@ -80,7 +80,9 @@ async fn run(cli: Cli, color: bool) -> Result<()> {
             watch::run(&conn, cli.global.namespace.as_deref(), args, &mut stdout).await
         }
         Command::Reconcile(args) => {
-            let conn = Connection::new(&cli.global.client_options(), warn(color)).await?;
+            let mut options = cli.global.client_options();
+            options.agent = args.member().map(|member| format!("shard-member/{}/{}", member.ring, member.name));
+            let conn = Connection::new(&options, warn(color)).await?;
             reconcile::run(&conn, cli.global.namespace.as_deref(), args).await
         }
     }

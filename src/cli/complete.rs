@@ -150,7 +150,11 @@ impl Typed {
         };
         // clap hands a global flag to the subcommand wherever it was typed, before the subcommand or after.
         Typed {
-            client: ClientOptions { kubeconfig: one(sub, ids::KUBECONFIG), context: one(sub, ids::CONTEXT) },
+            client: ClientOptions {
+                kubeconfig: one(sub, ids::KUBECONFIG),
+                context: one(sub, ids::CONTEXT),
+                agent: None,
+            },
             namespace: one(sub, ids::NAMESPACE),
             all_namespaces: one::<bool>(sub, ids::ALL_NAMESPACES).unwrap_or(false),
             subcommand: subcommand.to_owned(),

@@ -16,7 +16,7 @@ use crate::cluster::client::ClientOptions;
 use crate::cluster::resolve::{Gvr, check_resource_name};
 use crate::controller::crd::serves_samples;
 use crate::controller::leader::Election;
-use crate::controller::shard::member::{check_member, check_ring};
+use crate::controller::shard::member::{Member, check_member, check_ring, default_member};
 use crate::controller::sync::hook::Target as HookTarget;
 use crate::logging::LogFormat;
 use crate::output::color::ColorChoice;
@@ -73,7 +73,7 @@ pub struct GlobalArgs {
 
 impl GlobalArgs {
     pub fn client_options(&self) -> ClientOptions {
-        ClientOptions { kubeconfig: self.kubeconfig.clone(), context: self.context.clone() }
+        ClientOptions { kubeconfig: self.kubeconfig.clone(), context: self.context.clone(), agent: None }
     }
 }
 
@@ -621,6 +621,12 @@ pub enum Resource<'a> {
 }
 
 impl ReconcileArgs {
+    /// This replica's member of the shard ring, with `--shard-ring`.
+    pub fn member(&self) -> Option<Member> {
+        let ring = self.shard_ring.clone()?;
+        Some(Member { ring, name: self.shard_member.clone().unwrap_or_else(default_member) })
+    }
+
     /// `--hook` or `--hook-url`, whichever was given.
     pub fn hook_target(&self) -> Option<&HookTarget> {
         self.hook.as_ref().or(self.hook_url.as_ref())
@@ -644,7 +650,7 @@ impl ReconcileArgs {
             if let Err(problem) = check_ring(ring) {
                 return Some(problem);
             }
-            if let Some(Err(problem)) = self.shard_member.as_deref().map(check_member) {
+            if let Some(Err(problem)) = self.member().map(|member| check_member(&member.name)) {
                 return Some(problem);
             }
         }

@@ -18,6 +18,9 @@ use crate::error::join_causes;
 pub struct ClientOptions {
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
+    /// Said after samplectl's name in the User-Agent: which replica this is, where that matters (a
+    /// shard member, so that an audit log tells the members' requests apart).
+    pub agent: Option<String>,
 }
 
 /// A client and what commands need to know about where it points.
@@ -82,7 +85,11 @@ impl Connection {
         let mut config = load_config(options.kubeconfig.as_deref(), options.context.as_deref()).await?;
         // kube sends no User-Agent of its own; kubectl and client-go name themselves, and audit logs and
         // API priority and fairness debugging rely on it.
-        if let Ok(value) = http::HeaderValue::from_str(&user_agent()) {
+        let agent = match &options.agent {
+            Some(who) => format!("{} {who}", user_agent()),
+            None => user_agent(),
+        };
+        if let Ok(value) = http::HeaderValue::from_str(&agent) {
             config.headers.push((http::header::USER_AGENT, value));
         }
         let authority = config.cluster_url.authority().map(|a| a.to_string());

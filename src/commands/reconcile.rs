@@ -7,7 +7,6 @@ use crate::cluster::client::Connection;
 use crate::controller::leader::{Election, default_identity};
 use crate::controller::run::run as run_controller;
 use crate::controller::settings::{Driver, HookSettings, MetricsServe, Serve, Settings, Sharding, Source};
-use crate::controller::shard::member::{Member, default_member};
 
 pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArgs) -> Result<()> {
     let driver = match args.watch {
@@ -23,8 +22,8 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         retry_period: args.retry_period,
         labels: Default::default(),
     });
-    let sharding = args.shard_ring.as_ref().map(|ring| Sharding {
-        member: Member { ring: ring.clone(), name: args.shard_member.clone().unwrap_or_else(default_member) },
+    let sharding = args.member().map(|member| Sharding {
+        member,
         lease_namespace: args.leader_election_namespace.clone().unwrap_or_else(|| conn.default_namespace.clone()),
         lease_duration: args.lease_duration,
         renew_deadline: args.renew_deadline,

@@ -21,6 +21,7 @@ mod reconcile_races;
 mod reconcile_scale;
 mod schemaless_crd;
 mod secrets_in_logs;
+mod sharding;
 mod streaming_lists;
 mod takeover_race;
 mod templates;

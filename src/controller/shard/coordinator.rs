@@ -41,6 +41,10 @@ use crate::controller::engine::request::bounded;
 /// How many label writes the coordinator has in flight at once (a join moves about 1/N of the parents).
 const WRITES: usize = 32;
 
+/// The field manager of the coordinator's label writes, so that an audit log (the request's URI) and the
+/// objects' managed fields tell them from the members' own writes.
+pub const FIELD_MANAGER: &str = "samplectl-shard-coordinator";
+
 /// What the coordinator knows of a parent: enough to decide, from its metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Parent {
@@ -276,7 +280,8 @@ impl Coordinator {
         let body = patch(&step, &self.ring, &version);
         let ring = self.ring.clone();
         async move {
-            let result = match bounded(api.patch(&key.1.name, &PatchParams::default(), &Patch::Merge(&body))).await {
+            let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
+            let result = match bounded(api.patch(&key.1.name, &params, &Patch::Merge(&body))).await {
                 Ok(_) => {
                     tracing::debug!(ring, "{}: {step:?}", key.1);
                     Ok(())

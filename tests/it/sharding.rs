@@ -1,0 +1,258 @@
+//! `reconcile --shard-ring`: members as separate processes share the Samples of a namespace while the
+//! ring grows and shrinks (joins, graceful leaves, a SIGKILL), and the API server's audit log is the
+//! witness that no two members ever wrote for one Sample at overlapping times.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::support::{Background, Namespace, cluster, converged, create, eventually, kubectl_json, sample, samplectl};
+
+/// Short Lease timings, so that a dead member is given up on in seconds.
+const TIMINGS: [&str; 6] = ["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"];
+
+fn member(ns: &str, name: &str, watch: bool) -> Background {
+    let mut args = vec!["reconcile", "-n", ns, "--shard-ring", "samples", "--shard-member", name];
+    args.extend(["--leader-election-namespace", ns]);
+    args.extend(TIMINGS);
+    if watch {
+        args.push("--watch");
+    }
+    Background::start(&args)
+}
+
+fn create_samples(ns: &str, names: impl Iterator<Item = String>, value: &str) {
+    let items: Vec<Value> = names.map(|n| sample(&n, value)).collect();
+    create(ns, &json!({"apiVersion": "v1", "kind": "List", "items": items}));
+}
+
+fn update_samples(ns: &str, names: impl Iterator<Item = String>, value: &str) {
+    let items: Vec<Value> = names.map(|n| sample(&n, value)).collect();
+    crate::support::apply(ns, &json!({"apiVersion": "v1", "kind": "List", "items": items}));
+}
+
+/// Which member each Sample is labelled for (`-` for none), and whether any is being drained.
+fn labels(ns: &str) -> (BTreeMap<String, String>, usize) {
+    let samples = kubectl_json(&["get", "samples", "-n", ns]);
+    let mut members = BTreeMap::new();
+    let mut draining = 0;
+    for s in samples["items"].as_array().unwrap() {
+        let labels = &s["metadata"]["labels"];
+        let member = labels["shard.samplectl.io/samples"].as_str().unwrap_or("-");
+        members.insert(s["metadata"]["name"].as_str().unwrap().to_owned(), member.to_owned());
+        draining += usize::from(labels.get("drain.shard.samplectl.io/samples").is_some());
+    }
+    (members, draining)
+}
+
+/// One write from the audit log.
+#[derive(Debug, Clone)]
+struct Write {
+    member: String,
+    /// The Sample it is for (a Sample's ConfigMap bears its name).
+    parent: String,
+    what: String,
+    received: Timestamp,
+    done: Timestamp,
+    /// A write of the sharding labels: the coordinator's (`Coordinator`), or a member letting go of the
+    /// Sample (`Release`).
+    labels: Option<Labels>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Labels {
+    Coordinator,
+    Release,
+}
+
+/// Every write to Samples and ConfigMaps in `ns` by a shard member, from the API server's audit log.
+fn audited_writes(ns: &str) -> Vec<Write> {
+    let dir = cluster().kubeconfig.parent().unwrap().to_owned();
+    // audit.log, and the one backup the API server keeps when it rotates it (audit-<time>.log).
+    let mut text = String::new();
+    for entry in std::fs::read_dir(&dir).unwrap().map(Result::unwrap) {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        if file.starts_with("audit") && file.ends_with(".log") {
+            text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+        }
+    }
+    assert!(!text.is_empty(), "the local cluster keeps no audit log: restart it (scripts/local-cluster down; up)");
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["objectRef"]["namespace"] == ns)
+        .filter_map(|e| {
+            let agent = e["userAgent"].as_str()?;
+            let member = agent.split("shard-member/samples/").nth(1)?.to_owned();
+            let (resource, sub) = (e["objectRef"]["resource"].as_str()?, e["objectRef"]["subresource"].as_str());
+            let verb = e["verb"].as_str()?;
+            let by_coordinator = e["requestURI"].as_str()?.contains("fieldManager=samplectl-shard-coordinator");
+            let labels = (resource == "samples" && sub.is_none() && verb == "patch").then_some(match by_coordinator {
+                true => Labels::Coordinator,
+                false => Labels::Release,
+            });
+            Some(Write {
+                member,
+                parent: e["objectRef"]["name"].as_str()?.to_owned(),
+                what: format!("{verb} {resource}{}", sub.map(|s| format!("/{s}")).unwrap_or_default()),
+                received: e["requestReceivedTimestamp"].as_str()?.parse().ok()?,
+                done: e["stageTimestamp"].as_str()?.parse().ok()?,
+                labels,
+            })
+        })
+        .collect()
+}
+
+/// Per Sample, each place where a member wrote after another one had, unless the other had let go of
+/// it first (its own write of the sharding labels, after its last write and before the next member's
+/// first) or was being stopped by then (`stopped`: when the members that left or were killed were sent
+/// their signal; they may finish a write in flight, so an overlap with the next member's write still
+/// counts).
+fn interleavings(writes: &[Write], stopped: &HashMap<&str, Timestamp>) -> Vec<String> {
+    let mut by_parent: HashMap<&str, Vec<&Write>> = HashMap::new();
+    for w in writes {
+        by_parent.entry(&w.parent).or_default().push(w);
+    }
+    let mut found = Vec::new();
+    for (parent, mut ws) in by_parent {
+        ws.sort_by_key(|w| w.received);
+        // The last member to write for this Sample, its last write, and whether it has let go since.
+        let mut last: Option<(&Write, bool)> = None;
+        for w in ws {
+            match (w.labels, &mut last) {
+                (Some(Labels::Release), Some((prev, released))) if prev.member == w.member => *released = true,
+                (Some(_), _) => {}
+                (None, Some((prev, released))) if prev.member != w.member => {
+                    let apart = prev.done <= w.received;
+                    let stopping = stopped.get(prev.member.as_str()).is_some_and(|at| *at <= w.received);
+                    if !(apart && (*released || stopping)) {
+                        found.push(format!(
+                            "{parent}: {} by {} then {} by {}",
+                            prev.what, prev.member, w.what, w.member
+                        ));
+                    }
+                    last = Some((w, false));
+                }
+                (None, _) => last = Some((w, false)),
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_sample() {
+    let _cluster = crate::support::shared();
+    samplectl(&["install-crd"]).success();
+    let ns = Namespace::new("shard-ring");
+    let names = |range: std::ops::Range<usize>| range.map(|i| format!("s{i:03}"));
+    let mut expected: HashMap<String, String> = HashMap::new();
+    let mut record = |range: std::ops::Range<usize>, value: &str| {
+        for name in names(range) {
+            expected.insert(name, value.to_owned());
+        }
+    };
+
+    // 1 member, then 3, then 5 (the poll driver among them), Samples created and changed throughout.
+    let mut members: BTreeMap<&str, Background> = BTreeMap::new();
+    members.insert("m1", member(&ns.0, "m1", true));
+    create_samples(&ns.0, names(0..60), "first");
+    record(0..60, "first");
+    members.insert("m2", member(&ns.0, "m2", true));
+    members.insert("m3", member(&ns.0, "m3", false));
+    create_samples(&ns.0, names(60..120), "first");
+    record(60..120, "first");
+    update_samples(&ns.0, names(0..20), "second");
+    record(0..20, "second");
+    eventually(Duration::from_secs(30), "three members hold Samples", || {
+        let held: std::collections::BTreeSet<String> = labels(&ns.0).0.into_values().collect();
+        match ["m1", "m2", "m3"].iter().all(|m| held.contains(*m)) {
+            true => Ok(()),
+            false => Err(format!("{held:?}")),
+        }
+    });
+    members.insert("m4", member(&ns.0, "m4", true));
+    members.insert("m5", member(&ns.0, "m5", true));
+    create_samples(&ns.0, names(120..180), "first");
+    record(120..180, "first");
+    update_samples(&ns.0, names(20..40), "second");
+    record(20..40, "second");
+
+    // Down to 2: two graceful leaves (SIGTERM), and m3 killed outright.
+    let mut stopped = HashMap::new();
+    for name in ["m1", "m2"] {
+        stopped.insert(name, Timestamp::now());
+        let (code, log) = members.remove(name).unwrap().stop("TERM", Duration::from_secs(15));
+        assert_eq!(code, Some(0), "{name} leaves cleanly:\n{log}");
+    }
+    let killed_at = Instant::now();
+    stopped.insert("m3", Timestamp::now());
+    let (_, m3_log) = members.remove("m3").unwrap().stop("KILL", Duration::from_secs(5));
+    update_samples(&ns.0, names(40..60).chain(names(150..170)), "third");
+    record(40..60, "third");
+    record(150..170, "third");
+
+    let all = |(members, draining): (BTreeMap<String, String>, usize)| {
+        let elsewhere: Vec<_> = members.iter().filter(|(_, m)| !["m4", "m5"].contains(&m.as_str())).collect();
+        match (elsewhere.is_empty(), draining) {
+            (true, 0) => Ok(()),
+            _ => Err(format!(
+                "{} Samples not on m4 or m5 ({:?}...), {draining} draining",
+                elsewhere.len(),
+                elsewhere.first()
+            )),
+        }
+    };
+    let logs = || members.values().map(Background::stderr).collect::<Vec<_>>().join("\n---\n");
+    eventually(Duration::from_secs(60), "every Sample on the two members left", || {
+        all(labels(&ns.0)).map_err(|e| format!("{e}\n{}", logs()))
+    });
+    let moved_after = killed_at.elapsed();
+    eventually(Duration::from_secs(60), "every Sample Ready with its ConfigMap right", || {
+        converged(&ns.0, |name| expected[name].clone(), 180).map_err(|e| format!("{e}\n{}", logs()))
+    });
+
+    let writes = audited_writes(&ns.0);
+    let writers: std::collections::BTreeSet<&str> = writes.iter().map(|w| w.member.as_str()).collect();
+    assert_eq!(writers.len(), 5, "every member wrote: {writers:?}");
+    let found = interleavings(&writes, &stopped);
+    assert!(
+        found.is_empty(),
+        "{} interleaved writes, e.g. {:?}\nm3 (killed):\n{m3_log}",
+        found.len(),
+        &found[..found.len().min(5)]
+    );
+    // A killed member's Samples wait for its Lease to run out (3 s), for the coordinator's own clock to see
+    // that (a second lease duration if it was the coordinator), and a retry period.
+    assert!(moved_after < Duration::from_secs(20), "m3's Samples moved after {moved_after:?}");
+    eprintln!(
+        "{} audited writes by {writers:?}; m3's Samples all elsewhere {moved_after:.1?} after SIGKILL",
+        writes.len()
+    );
+}
+
+#[test]
+fn bad_shard_settings_are_refused_with_their_reason() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--shard-ring", "no/slash"], "--shard-ring \"no/slash\" is not a valid ring name"),
+        (&["--shard-ring", "r", "--shard-member", "Upper_Case"], "the shard member name \"Upper_Case\" cannot be used"),
+        (&["--shard-ring", "r", "--leader-elect"], "cannot be used with"),
+        (&["--shard-member", "m"], "--shard-ring"),
+    ];
+    for (args, message) in cases {
+        let mut all = vec!["reconcile"];
+        all.extend(args);
+        let run = samplectl(&all);
+        assert_eq!(run.code, 2, "{args:?}: {run:#?}");
+        assert!(run.stderr.contains(message), "{args:?}: {run:#?}");
+    }
+    // A resource with no controller has nothing to share.
+    let _cluster = crate::support::shared();
+    let run = samplectl(&["reconcile", "--gvr", "v1/configmaps", "--shard-ring", "r"]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(
+        run.stderr.contains("--shard-ring shares a controller's parents; configmaps have no controller here"),
+        "{run:#?}"
+    );
+}
