@@ -234,11 +234,12 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
 
 #[test]
 fn bad_shard_settings_are_refused_with_their_reason() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--shard-ring", "no/slash"], "--shard-ring \"no/slash\" is not a valid ring name"),
         (&["--shard-ring", "r", "--shard-member", "Upper_Case"], "the shard member name \"Upper_Case\" cannot be used"),
         (&["--shard-ring", "r", "--leader-elect"], "cannot be used with"),
         (&["--shard-member", "m"], "--shard-ring"),
+        (&["--shard-ring", "r", "--from-cluster"], "cannot be used with"),
     ];
     for (args, message) in cases {
         let mut all = vec!["reconcile"];
