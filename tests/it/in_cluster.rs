@@ -22,7 +22,7 @@ fn wait_ready(ns: &str, name: &str, within: Duration) {
 
 /// The namespace, ServiceAccount and RBAC from manifests/, applied for real (the Deployment needs an image
 /// this machine cannot build).
-fn install_rbac() {
+pub(crate) fn install_rbac() {
     samplectl(&["install-crd"]).success();
     for file in ["namespace", "serviceaccount", "rbac", "admission-policy"] {
         kubectl(&["apply", "-f", &format!("manifests/controller/{file}.yaml")]).success();

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use crate::support::{Background, Namespace, cluster, converged, create, eventually, kubectl_json, sample, samplectl};
+use crate::support::{
+    Background, Namespace, cluster, converged, create, eventually, kubectl, kubectl_json, sample, samplectl,
+};
 
 /// Short Lease timings, so that a dead member is given up on in seconds.
 const TIMINGS: [&str; 6] = ["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"];
@@ -35,14 +37,19 @@ fn update_samples(ns: &str, names: impl Iterator<Item = String>, value: &str) {
 
 /// Which member each Sample is labelled for (`-` for none), and whether any is being drained.
 fn labels(ns: &str) -> (BTreeMap<String, String>, usize) {
+    labels_in(ns, "samples")
+}
+
+/// The same in the ring `ring`.
+fn labels_in(ns: &str, ring: &str) -> (BTreeMap<String, String>, usize) {
     let samples = kubectl_json(&["get", "samples", "-n", ns]);
     let mut members = BTreeMap::new();
     let mut draining = 0;
     for s in samples["items"].as_array().unwrap() {
         let labels = &s["metadata"]["labels"];
-        let member = labels["shard.samplectl.io/samples"].as_str().unwrap_or("-");
+        let member = labels[format!("shard.samplectl.io/{ring}")].as_str().unwrap_or("-");
         members.insert(s["metadata"]["name"].as_str().unwrap().to_owned(), member.to_owned());
-        draining += usize::from(labels.get("drain.shard.samplectl.io/samples").is_some());
+        draining += usize::from(labels.get(format!("drain.shard.samplectl.io/{ring}")).is_some());
     }
     (members, draining)
 }
@@ -235,7 +242,7 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
 #[test]
 fn bad_shard_settings_are_refused_with_their_reason() {
     let cases: [(&[&str], &str); 5] = [
-        (&["--shard-ring", "no/slash"], "--shard-ring \"no/slash\" is not a valid ring name"),
+        (&["--shard-ring", "No.Dots"], "--shard-ring \"No.Dots\" is not a valid ring name"),
         (&["--shard-ring", "r", "--shard-member", "Upper_Case"], "the shard member name \"Upper_Case\" cannot be used"),
         (&["--shard-ring", "r", "--leader-elect"], "cannot be used with"),
         (&["--shard-member", "m"], "--shard-ring"),
@@ -256,4 +263,89 @@ fn bad_shard_settings_are_refused_with_their_reason() {
         run.stderr.contains("--shard-ring shares a controller's parents; configmaps have no controller here"),
         "{run:#?}"
     );
+}
+
+const LABELS_ONLY: &str = "samplectl may change only the shard rings' labels of a Sample";
+
+/// `manifests/sharded/`: the whole kustomization passes a server dry run; its RBAC and admission policy,
+/// applied for real, let the controller's ServiceAccount write the sharding labels of a Sample and
+/// nothing else of it, and are all two members need to share the Samples of a namespace.
+#[test]
+fn a_sharded_install_may_label_samples_and_change_nothing_else() {
+    let _cluster = crate::support::shared();
+    crate::in_cluster::install_rbac();
+    let run = kubectl(&["apply", "-k", "manifests/sharded/", "--dry-run=server"]).success();
+    for object in [
+        "deployment.apps/samplectl",
+        "role.rbac.authorization.k8s.io/samplectl-shard-ring",
+        "clusterrole.rbac.authorization.k8s.io/samplectl-shard-labels",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/samplectl-shard-labels",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/samplectl-configmaps",
+    ] {
+        assert!(run.stdout.contains(object), "{object} missing from:\n{}", run.stdout);
+    }
+    for file in ["rbac", "admission-policy"] {
+        kubectl(&["apply", "-f", &format!("manifests/sharded/{file}.yaml")]).success();
+    }
+    let policy = kubectl_json(&["get", "validatingadmissionpolicy", "samplectl-shard-labels"]);
+    assert!(policy["status"]["typeChecking"]["expressionWarnings"].is_null(), "{policy:#}");
+
+    let ns = Namespace::new("shard-sa");
+    let token = kubectl(&["create", "token", "samplectl", "-n", "samplectl-system"]).success().stdout.trim().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = crate::support::token_kubeconfig(dir.path(), "sa", &token);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let as_sa = |args: &[&str]| {
+        let mut all = vec!["--kubeconfig", kubeconfig];
+        all.extend_from_slice(args);
+        kubectl(&all)
+    };
+    crate::support::apply_sample(&ns.0, "s", "v");
+    let patch = |body: &str| as_sa(&["patch", "sample", "s", "-n", &ns.0, "--type=merge", "-p", body]);
+    // A new policy takes a moment to reach the API server's admission chain.
+    let mut probe = 0;
+    eventually(Duration::from_secs(20), "the policy in force", || {
+        // A new value each time: a patch that changes nothing does not reach admission.
+        probe += 1;
+        let run = patch(&format!(r#"{{"testString":"changed {probe}"}}"#));
+        if run.code == 1 && run.stderr.contains(LABELS_ONLY) { Ok(()) } else { Err(format!("{run:#?}")) }
+    });
+    for refused in [
+        r#"{"metadata":{"labels":{"app":"mine"}}}"#,
+        r#"{"metadata":{"annotations":{"note":"mine"}}}"#,
+        r#"{"metadata":{"finalizers":["example.com/mine"]}}"#,
+    ] {
+        let run = patch(refused);
+        assert!(run.code == 1 && run.stderr.contains(LABELS_ONLY), "{refused}: {run:#?}");
+    }
+    for allowed in [
+        r#"{"metadata":{"labels":{"shard.samplectl.io/other":"x","drain.shard.samplectl.io/other":"y"}}}"#,
+        r#"{"metadata":{"labels":{"shard.samplectl.io/other":null,"drain.shard.samplectl.io/other":null}}}"#,
+    ] {
+        patch(allowed).success();
+    }
+
+    // Two members with the ServiceAccount's token share the Samples.
+    let member = |name: &str| {
+        let mut args = vec!["--kubeconfig", kubeconfig, "reconcile", "-n", &ns.0, "--watch"];
+        args.extend(["--shard-ring", "sa-test", "--shard-member", name]);
+        args.extend(["--leader-election-namespace", "samplectl-system"]);
+        args.extend(TIMINGS);
+        Background::start_bare(&args)
+    };
+    let members = [member("a"), member("b")];
+    create_samples(&ns.0, (0..10).map(|i| format!("t{i}")), "v");
+    eventually(Duration::from_secs(60), "every Sample Ready on a member", || {
+        let (labels, _) = labels_in(&ns.0, "sa-test");
+        let log = members.iter().map(Background::stderr).collect::<Vec<_>>().join("\n---\n");
+        let ready = crate::support::all_ready(&ns.0, 11);
+        match (ready, labels.values().all(|m| m == "a" || m == "b")) {
+            (Ok(()), true) => Ok(()),
+            (ready, _) => Err(format!("{ready:?} {labels:?}\n{log}")),
+        }
+    });
+    for m in &members {
+        let log = m.stderr();
+        assert!(!log.contains("Forbidden") && !log.contains("denied"), "{log}");
+    }
 }

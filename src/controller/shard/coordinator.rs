@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::member::{RING_LABEL, drain_label, member_label};
+use super::member::{RING_LABEL, drain_label, lease_prefix, member_label};
 use super::ring::Ring;
 use crate::cluster::scope;
 use crate::controller::drive::place::{Place, place};
@@ -122,7 +122,7 @@ impl Members {
         Members { started: now, lease_duration, seen: HashMap::new() }
     }
 
-    /// Takes in the ring's Leases as listed at `now`: per member (the Lease's name without the ring's),
+    /// Takes in the ring's Leases as listed at `now`: per member (the Lease's name after `<ring>.`),
     /// its record. A Lease no longer listed keeps its last record, and so runs out like one not renewed.
     pub fn observe(&mut self, leases: impl IntoIterator<Item = (String, Record)>, now: Instant) {
         for (member, record) in leases {
@@ -181,7 +181,7 @@ impl Coordinator {
     async fn leases(&self) -> anyhow::Result<Vec<(String, Record)>> {
         let api: Api<Lease> = scope::api(self.client.clone(), Some(&self.lease_namespace));
         let lp = ListParams::default().labels(&format!("{RING_LABEL}={}", self.ring));
-        let prefix = format!("{}-", self.ring);
+        let prefix = lease_prefix(&self.ring);
         let leases = bounded(api.list(&lp)).await?;
         Ok(leases
             .items

@@ -24,18 +24,24 @@ pub fn drain_label(ring: &str) -> String {
     format!("drain.{DOMAIN}/{ring}")
 }
 
+/// What every member's Lease name in `ring` begins with (the coordinator's is the ring's name alone).
+pub fn lease_prefix(ring: &str) -> String {
+    format!("{ring}.")
+}
+
 /// The label on every member's Lease, naming its ring.
 pub const RING_LABEL: &str = "shard.samplectl.io/ring";
 
-/// Whether `ring` can be a ring's name: the name part of a label key (at most 63 characters, alphanumeric
-/// at both ends, `-`, `_` and `.` between).
+/// Whether `ring` can be a ring's name: it names the coordinator's Lease and begins each member's
+/// (`<ring>.<member>`), and is the name part of the label keys, so at most 63 lower-case letters, digits
+/// and '-', alphanumeric at both ends; without a '.', so that no two rings' Leases can share a name.
 pub fn check_ring(ring: &str) -> Result<(), String> {
-    if label_name(ring) {
+    if label_name(ring) && ring.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
         Ok(())
     } else {
         Err(format!(
-            "--shard-ring {ring:?} is not a valid ring name: at most 63 letters, digits, '-', '_' or '.', starting \
-             and ending with a letter or digit"
+            "--shard-ring {ring:?} is not a valid ring name: at most 63 lower-case letters, digits or '-', \
+             starting and ending with a letter or digit"
         ))
     }
 }
@@ -94,7 +100,7 @@ impl Member {
 
     /// The name of this member's Lease.
     pub fn lease(&self) -> String {
-        format!("{}-{}", self.ring, self.name)
+        lease_prefix(&self.ring) + &self.name
     }
 
     /// Whether the object `meta` describes is labelled for this member.
@@ -126,6 +132,7 @@ mod tests {
     fn a_member_holds_and_lets_go_only_of_what_is_labelled_for_it() {
         let me = Member { ring: "samples".into(), name: "a".into() };
         assert_eq!(me.selector(), "shard.samplectl.io/samples=a");
+        assert_eq!(me.lease(), "samples.a");
         assert!(me.holds(&meta(&[("shard.samplectl.io/samples", "a")])));
         assert!(!me.holds(&meta(&[("shard.samplectl.io/samples", "b")])));
         assert!(!me.holds(&meta(&[("shard.samplectl.io/other", "a")])));
@@ -139,8 +146,8 @@ mod tests {
     #[test]
     fn ring_and_member_names_must_fit_in_labels_and_lease_names() {
         assert!(check_ring("samples").is_ok());
-        assert!(check_ring("Samples_2.x").is_ok());
-        for bad in ["", "-a", "a/b", &"r".repeat(64)] {
+        assert!(check_ring("samples-2").is_ok());
+        for bad in ["", "-a", "a/b", "Samples", "a.b", "a_b", &"r".repeat(64)] {
             assert!(check_ring(bad).is_err(), "{bad:?}");
         }
         assert!(check_member("samplectl-7d9f-x2").is_ok());
