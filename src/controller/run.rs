@@ -303,7 +303,7 @@ async fn shard_then_reconcile(
         lease_namespace: lease_namespace.clone(),
         lease_duration,
         retry_period,
-        parents: reconciling.controllers.iter().map(|(ctx, ns)| (ctx.family.parent.ar.clone(), ns.clone())).collect(),
+        controllers: reconciling.controllers.clone(),
     };
     let (stop_coordinating, coordinating) = watch::channel(false);
     let candidacy = lease(member.ring.clone(), BTreeMap::new()).start(conn.client.clone(), health.clone())?;

@@ -426,6 +426,79 @@ fn decorator_controllers_decorate_custom_and_built_in_objects() {
     kubectl(&["delete", "clusterrole", &role]).success();
 }
 
+/// A DecoratorController run sharded (`--shard-ring`, two members): the objects it decorates (by label,
+/// and by annotation on a cluster-scoped built-in kind) are labelled for a member and decorated; the
+/// ones it does not select are left without a shard label.
+#[test]
+fn a_sharded_decorator_labels_only_what_it_decorates() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("dc-sharded");
+    let hook = HookServer::of("tests/fixtures/decorator-hook.py");
+    let dir = tempfile::tempdir().unwrap();
+    let (chosen, passed_over) = (format!("samplectl-test-{}", ns.0), format!("samplectl-test-{}-not", ns.0));
+    let dc = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1",
+        "kind": "DecoratorController",
+        "metadata": {"name": "decorating-sharded"},
+        "spec": {
+            "resources": [
+                {"apiVersion": "controllers.example.com/v1", "resource": "tallies",
+                 "labelSelector": {"matchLabels": {"decorate": "yes"}}},
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles",
+                 "annotationSelector": {"matchAnnotations": {"samplectl-test/decorate": ns.0}}},
+            ],
+            "attachments": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": hook.url}}},
+        },
+    });
+    let file = manifest(dir.path(), "decorator.yaml", &[dc]);
+    let mut taken = parent("Tally", "taken", json!({}));
+    taken["metadata"]["labels"] = json!({"decorate": "yes"});
+    apply(&ns.0, &taken);
+    apply(&ns.0, &parent("Tally", "left", json!({})));
+    for (name, annotated) in [(&chosen, true), (&passed_over, false)] {
+        let mut role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": []});
+        if annotated {
+            role["metadata"]["annotations"] = json!({"samplectl-test/decorate": ns.0});
+        }
+        apply("default", &role);
+    }
+    let ring = ns.0.clone();
+    let label = format!("shard.samplectl.io/{ring}");
+    let member = |name: &str| {
+        let mut args = vec!["reconcile", "-f", &file, "-n", &ns.0, "--watch", "--shard-ring", &ring];
+        args.extend(["--shard-member", name, "--leader-election-namespace", &ns.0]);
+        args.extend(["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"]);
+        Background::start(&args)
+    };
+    let members = [member("a"), member("b")];
+    let logs = || members.iter().map(Background::stderr).collect::<Vec<_>>().join("\n---\n");
+    let on_a_member = |object: &Value| {
+        let labels = &object["metadata"]["labels"];
+        labels["decorated"] == "yes" && (labels[&label] == "a" || labels[&label] == "b")
+    };
+    let tally = |name: &str| kubectl_json(&["get", "tallies.controllers.example.com", name, "-n", &ns.0]);
+    eventually(SOON, "the Tally and the ClusterRole decorated, each on a member", || {
+        let (t, r) = (tally("taken"), kubectl_json(&["get", "clusterrole", &chosen]));
+        match on_a_member(&t) && on_a_member(&r) && configmap(&ns.0, "taken-decor").is_some() {
+            true => Ok(()),
+            false => Err(format!("{t}\n{r}\n{}", logs())),
+        }
+    });
+    // Give the coordinator time it would need to label what it should not.
+    std::thread::sleep(Duration::from_secs(2));
+    let left = tally("left");
+    assert!(left["metadata"]["labels"].get(&label).is_none(), "{left}");
+    for name in [passed_over.as_str(), "admin"] {
+        let role = kubectl_json(&["get", "clusterrole", name]);
+        assert!(role["metadata"]["labels"].get(&label).is_none(), "{role}");
+    }
+    drop(members);
+    kubectl(&["delete", "clusterrole", &chosen, &passed_over]).success();
+}
+
 /// `--from-cluster` runs the controller objects stored in the cluster that carry the target labels:
 /// each starts when it appears, restarts when its spec changes, and stops when it is deleted; one that
 /// cannot run is said in a warning while the others run; `--once` runs them once.

@@ -611,3 +611,69 @@ fn a_status_the_schema_prunes_is_written_once() {
     assert!(totals.contains("patch tersenotes/status 1,"), "one status write: {totals}");
     assert!(stderr.contains("Warning: unknown field \"status.observedGeneration\""), "{stderr}");
 }
+
+/// A hook controller sharded (`--shard-ring`): Notes and their ConfigMaps follow their member as the ring
+/// grows and a member leaves, each ConfigMap labelled for the member its Note is labelled for.
+#[test]
+fn shell_example_sharded() {
+    let _cluster = crate::support::shared();
+    example_crds();
+    let ns = Namespace::new("hook-sharded");
+    let member = |name: &str, driver: Driver| {
+        let extra = [
+            "--shard-ring",
+            "notes",
+            "--shard-member",
+            name,
+            "--leader-election-namespace",
+            &ns.0,
+            "--lease-duration",
+            "3s",
+            "--renew-deadline",
+            "2s",
+            "--retry-period",
+            "500ms",
+        ];
+        driver.start(&ns.0, NOTES, SHELL, &extra)
+    };
+    let items = |text: &str| {
+        let items: Vec<Value> = (0..12).map(|i| note(&format!("n{i:02}"), &format!("{text} {i}"))).collect();
+        json!({"apiVersion": "v1", "kind": "List", "items": items})
+    };
+    let mut members = vec![member("a", Driver::Watch), member("b", Driver::Poll)];
+    apply(&ns.0, &items("first"));
+    let settled = |text: &str, live: &[&str]| {
+        let notes = crate::support::kubectl_json(&["get", "notes", "-n", &ns.0]);
+        let mut wrong = Vec::new();
+        for n in notes["items"].as_array().unwrap() {
+            let name = n["metadata"]["name"].as_str().unwrap();
+            let owner = n["metadata"]["labels"]["shard.samplectl.io/notes"].as_str().unwrap_or("-");
+            let cm = get(&ns.0, "configmap", &format!("note-{name}"));
+            let cm_owner = cm.as_ref().and_then(|c| c["metadata"]["labels"]["shard.samplectl.io/notes"].as_str());
+            let want = format!("{text} {}", name[1..].parse::<usize>().unwrap());
+            let right = cm.as_ref().is_some_and(|c| c["data"]["text"] == want.as_str());
+            if !live.contains(&owner) || cm_owner != Some(owner) || !right {
+                wrong.push(format!("{name} on {owner}, its ConfigMap on {cm_owner:?}, right: {right}"));
+            }
+        }
+        match wrong.is_empty() {
+            true => Ok(()),
+            false => Err(wrong.join("; ")),
+        }
+    };
+    eventually(Duration::from_secs(60), "the Notes on a and b", || settled("first", &["a", "b"]));
+    members.push(member("c", Driver::Watch));
+    apply(&ns.0, &items("second"));
+    eventually(Duration::from_secs(60), "the Notes on a, b and c", || {
+        settled("second", &["a", "b", "c"])?;
+        let owners = crate::support::kubectl(&["get", "notes", "-n", &ns.0, "-L", "shard.samplectl.io/notes"]).stdout;
+        match owners.lines().any(|l| l.ends_with(" c")) {
+            true => Ok(()),
+            false => Err(format!("c holds none yet:\n{owners}")),
+        }
+    });
+    let (code, log) = members.remove(0).stop("TERM", Duration::from_secs(15));
+    assert_eq!(code, Some(0), "{log}");
+    apply(&ns.0, &items("third"));
+    eventually(Duration::from_secs(60), "the Notes on b and c", || settled("third", &["b", "c"]));
+}

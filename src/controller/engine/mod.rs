@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, TypeMeta};
 use kube::{Client, Resource};
@@ -258,6 +259,18 @@ impl Context {
             Some(member) => format!("{managed},{}", member.selector()),
             None => managed,
         }
+    }
+
+    /// Whether this controller takes the parent `meta` describes: its selectors select it, or it still
+    /// carries this controller's finalizer (a parent no longer selected has it taken off).
+    pub fn takes(&self, meta: &ObjectMeta) -> bool {
+        self.selector.matches(meta)
+            || (self.finalizer.enabled && meta.finalizers.iter().flatten().any(|f| *f == self.finalizer.name))
+    }
+
+    /// Whether telling which parents this controller takes needs their annotations.
+    pub fn selects_by_annotations(&self) -> bool {
+        self.selector.annotations.is_some()
     }
 
     pub fn parent_gone(&self, parent_uid: &str) {

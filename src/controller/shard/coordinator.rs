@@ -24,7 +24,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::discovery::ApiResource;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -36,6 +35,7 @@ use super::ring::Ring;
 use crate::cluster::scope;
 use crate::controller::drive::place::{Place, place};
 use crate::controller::drive::watch::hub::Hub;
+use crate::controller::engine::Context;
 use crate::controller::engine::request::bounded;
 
 /// How many label writes the coordinator has in flight at once (a join moves about 1/N of the parents).
@@ -50,6 +50,9 @@ pub const FIELD_MANAGER: &str = "samplectl-shard-coordinator";
 pub struct Parent {
     pub uid: String,
     pub version: String,
+    /// Its controller takes it (its selectors select it, or it carries the controller's finalizer):
+    /// a parent it does not take is not labelled, but one labelled already still moves with the ring.
+    pub taken: bool,
     /// The member its label names.
     pub member: Option<String>,
     /// The member it is being moved to.
@@ -57,11 +60,12 @@ pub struct Parent {
 }
 
 impl Parent {
-    fn of(meta: &ObjectMeta, ring: &str) -> Self {
+    fn of(meta: &ObjectMeta, ring: &str, taken: bool) -> Self {
         let label = |key: String| meta.labels.as_ref().and_then(|l| l.get(&key)).cloned();
         Parent {
             uid: meta.uid.clone().unwrap_or_default(),
             version: meta.resource_version.clone().unwrap_or_default(),
+            taken,
             member: label(member_label(ring)),
             drain: label(drain_label(ring)),
         }
@@ -84,6 +88,7 @@ pub enum Step {
 pub fn decide(parent: &Parent, ring: &Ring, gone: impl Fn(&str) -> bool) -> Option<Step> {
     let wanted = ring.owner(&parent.uid)?;
     match &parent.member {
+        None if !parent.taken => None,
         None => Some(Step::Assign(wanted.to_owned())),
         Some(member) if member == wanted => parent.drain.is_some().then_some(Step::Stay),
         Some(member) if ring.members().iter().any(|m| m == member) => {
@@ -170,8 +175,8 @@ pub struct Coordinator {
     pub lease_namespace: String,
     pub lease_duration: Duration,
     pub retry_period: Duration,
-    /// The parent types the process reconciles, each with its namespace (all when `None`).
-    pub parents: Vec<(ApiResource, Option<String>)>,
+    /// The controllers the process runs, each with the namespace it reconciles (all when `None`).
+    pub controllers: Vec<(Arc<Context>, Option<String>)>,
 }
 
 type Key = (usize, Place);
@@ -198,8 +203,15 @@ impl Coordinator {
     pub async fn run(&self, mut stop: watch::Receiver<bool>) {
         let mut members = Members::new(self.lease_duration, Instant::now());
         let mut feeds = SelectAll::new();
-        for (index, (ar, namespace)) in self.parents.iter().enumerate() {
-            feeds.push(self.hub.metadata(ar, namespace.as_deref(), "").map(move |event| (index, event)).boxed());
+        for (index, (ctx, namespace)) in self.controllers.iter().enumerate() {
+            let (ar, namespace) = (&ctx.family.parent.ar, namespace.as_deref());
+            // The hub's metadata feeds keep no annotations; a controller that selects by them is fed whole
+            // objects.
+            let events = match ctx.selects_by_annotations() {
+                true => self.hub.objects(ar, namespace, "").1.map(metadata).boxed(),
+                false => self.hub.metadata(ar, namespace, "").map(metadata).boxed(),
+            };
+            feeds.push(events.map(move |event| (index, event)));
         }
         let mut parents: HashMap<Key, Parent> = HashMap::new();
         // The parents to decide, in order; a full pass is queued every retry period when none is under
@@ -233,12 +245,13 @@ impl Coordinator {
                 },
                 Some((index, event)) = feeds.next() => match event {
                     watcher::Event::Apply(meta) | watcher::Event::InitApply(meta) => {
-                        let key = (index, place(&meta.metadata));
-                        parents.insert(key.clone(), Parent::of(&meta.metadata, &self.ring));
+                        let key = (index, place(&meta));
+                        let taken = self.controllers[index].0.takes(&meta);
+                        parents.insert(key.clone(), Parent::of(&meta, &self.ring, taken));
                         pending.push_front(key);
                     }
                     watcher::Event::Delete(meta) => {
-                        parents.remove(&(index, place(&meta.metadata)));
+                        parents.remove(&(index, place(&meta)));
                     }
                     watcher::Event::InitDone => decide_all = true,
                     watcher::Event::Init => {}
@@ -274,7 +287,7 @@ impl Coordinator {
 
     /// Makes `step` on the parent at `key`, as it was at `version`.
     fn write(&self, key: Key, step: Step, version: String) -> impl Future<Output = (Key, Result<(), String>)> + use<> {
-        let (ar, _) = &self.parents[key.0];
+        let ar = &self.controllers[key.0].0.family.parent.ar;
         let namespace = Some(&*key.1.namespace).filter(|ns| !ns.is_empty());
         let api = scope::dynamic(self.client.clone(), ar, namespace);
         let body = patch(&step, &self.ring, &version);
@@ -295,6 +308,17 @@ impl Coordinator {
     }
 }
 
+/// A watch event of objects as one of their metadata.
+fn metadata<K: kube::Resource>(event: watcher::Event<K>) -> watcher::Event<ObjectMeta> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(object.meta().clone()),
+        watcher::Event::Delete(object) => watcher::Event::Delete(object.meta().clone()),
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(object.meta().clone()),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
 fn describe(ring: &Ring) -> String {
     match ring.members() {
         [] => "none".into(),
@@ -307,7 +331,8 @@ mod tests {
     use super::*;
 
     fn parent(uid: &str, member: Option<&str>, drain: Option<&str>) -> Parent {
-        Parent { uid: uid.into(), version: "7".into(), member: member.map(Into::into), drain: drain.map(Into::into) }
+        let (member, drain) = (member.map(Into::into), drain.map(Into::into));
+        Parent { uid: uid.into(), version: "7".into(), taken: true, member, drain }
     }
 
     /// A uid the ring of `members` gives to `wanted`.
@@ -335,6 +360,10 @@ mod tests {
         // On a member out of the ring: waited for until it is surely stopped, then taken.
         assert_eq!(decide(&parent(&uid, Some("dead"), None), &ring, never), None);
         assert_eq!(decide(&parent(&uid, Some("dead"), Some("b")), &ring, always), Some(Step::Assign("b".into())));
+        // Not taken by its controller: not labelled, but moved if it is labelled already.
+        let untaken = |member: Option<&str>| Parent { taken: false, ..parent(&uid, member, None) };
+        assert_eq!(decide(&untaken(None), &ring, never), None);
+        assert_eq!(decide(&untaken(Some("a")), &ring, never), Some(Step::Drain("b".into())));
         // No live member: nothing to do.
         assert_eq!(decide(&parent(&uid, None, None), &Ring::default(), always), None);
     }
