@@ -96,7 +96,7 @@ def write(results, out):
     sections = [("idle", idle_section), ("reaction", reaction_section), ("convergence", convergence_section),
                 ("listing", listing_section), ("footprint", footprint_section), ("restart", restart_section),
                 ("sizing", sizing_section), ("hooks", hooks_section), ("metacontroller", metacontroller_section),
-                ("scale", scale_section)]
+                ("scale", scale_section), ("sharding", sharding_section)]
     verdicts = []
     for name, section in sections:
         if name in results:
@@ -159,8 +159,10 @@ def idle_section(results, w, verdicts, out):
               f"{loop:.0f} ({ratio(watch, loop)}), and the API server sends it {kib('watch'):.1f} KiB/min "
               f"beyond the baseline against {kib('loop'):.1f} KiB/min ({ratio(kib('watch'), kib('loop'))}).")
             if (n, "poll") in per:
-                w(f"- {n} Samples: samplectl poll, which lists Samples and ConfigMaps each second, sends "
-                  f"{per[(n, 'poll')][0]:.0f} requests/min and is sent {kib('poll'):.1f} KiB/min.")
+                w(f"- {n} Samples: samplectl poll, which lists the Samples' metadata each second and follows its "
+                  f"ConfigMaps with a watch, sends {per[(n, 'poll')][0]:.0f} requests/min and is sent "
+                  f"{kib('poll'):.1f} KiB/min beyond the baseline "
+                  f"({kib('poll') / kib('loop') if kib('loop') else float('nan'):.2f}x the original loop's).")
             if (n, "peer") in per:
                 w(f"- {n} Samples: the controller-runtime peer sends {per[(n, 'peer')][0]:.1f} requests/min and "
                   f"is sent {kib('peer'):.1f} KiB/min.")
@@ -168,6 +170,11 @@ def idle_section(results, w, verdicts, out):
                 verdicts.append(f"Idle: samplectl watch at {n} Samples sends {watch:.1f} requests/min (aim: near "
                                 f"zero whatever the count): {'met' if watch <= 1 else 'not met'}; the original "
                                 f"loop sends {loop:.0f}.")
+                if (n, "poll") in per:
+                    poll = kib("poll") / kib("loop") if kib("loop") else float("nan")
+                    verdicts.append(f"Idle: samplectl poll at {n} Samples is sent {kib('poll'):.0f} KiB/min, "
+                                    f"{poll:.2f}x the original loop's {kib('loop'):.0f} (aim: no more than the "
+                                    f"loop): {'met' if poll <= 1 else 'not met'}.")
     w("")
 
 
@@ -542,3 +549,74 @@ def scale_section(results, w, verdicts, out):
                         f"{most(r['new_sample_ready_seconds'])}s (aim: 1 s), {r['not_ready']} not Ready, "
                         f"{r['configmaps_wrong']} ConfigMaps wrong.")
     w("")
+
+
+def sharding_section(results, w, verdicts, out):
+    data = results["sharding"]
+    s = results["settings"]["sharding"]
+    w("## 11. Sharded across members\n")
+    w(f"{s['size']:,} Samples created in one burst by 16 clients while the controller runs: unsharded "
+      "(`reconcile --watch`), and as 1, 2 and 4 members of one ring (`reconcile --watch --shard-ring bench`, "
+      "default lease timings: 15 s lease, 10 s renew deadline, 2 s retry), every member a process on this "
+      "machine. Converge: until the bench's own watch sees every Sample Ready. Then, each process quiet: its "
+      "resident memory, and the bytes it read from its connections since it started (/proc/PID/io rchar: watch "
+      "streams and every answer, TLS included; the coordinator also reads every Sample's metadata). On the "
+      "converged ring of two: a third member joins (settled when every Sample is labelled for a live member, "
+      "none is being drained, and the new member holds some), leaves with SIGTERM (settled when it holds "
+      "none), then, with three again, a member that does not coordinate and then the coordinator are killed "
+      "(SIGKILL): until every Sample is labelled elsewhere, and until every ConfigMap is too (the surviving "
+      "members' reconciles relabel them). Members, API server, etcd and the bench share the 2 cores, so "
+      f"throughput cannot grow with members here.{measured_on(results, 'sharding')}\n")
+    w("| ring | converge s | Samples held per member | RSS MiB per process | read MiB per process | not Ready / "
+      "ConfigMaps wrong |")
+    w("|---|---:|---|---|---|---:|")
+    base = data.get("0")
+    for k in ["0"] + [str(m) for m in s["members"]]:
+        r = data.get(k)
+        if not r:
+            continue
+        names = sorted(r["rss_mib"])
+        coord = r.get("coordinator")
+        label = "unsharded" if k == "0" else f"{k} member{'s' if k != '1' else ''}"
+        mark = lambda n: f"{n}*" if n == coord else n  # noqa: E731
+        held = ", ".join(f"{mark(n)} {r['held'].get(n, 0):,}" for n in names) if "held" in r else "-"
+        rss = ", ".join(f"{mark(n)} {r['rss_mib'][n]:.0f}" for n in names)
+        read = ", ".join(f"{mark(n)} {r['read_mib'][n]:.0f}" for n in names)
+        w(f"| {label} | {r['converge_seconds']:.0f} | {held} | {rss} | {read} | {r['not_ready']} / "
+          f"{r['configmaps_wrong']} |")
+    w("\n\\* the coordinator.\n")
+    c = data.get("changes")
+    if c:
+        w("| on a ring of two converged members | settled after s | Samples concerned |")
+        w("|---|---:|---:|")
+        w(f"| a third member joins | {c['join_seconds']:.1f} | {c['join_moved']:,} moved to it |")
+        w(f"| it leaves (SIGTERM) | {c['leave_seconds']:.1f} | the same |")
+        for case in ("member", "coordinator"):
+            w(f"| SIGKILL of the {case}: Samples labelled elsewhere / ConfigMaps too | "
+              f"{c[f'kill_{case}_labels_seconds']:.1f} / {c[f'kill_{case}_children_seconds']:.1f} | "
+              f"{c[f'kill_{case}_held']:,} |")
+        two = data.get("2", {})
+        w(f"\nAfterwards: {two.get('not_ready_after_changes', '-')} Samples not Ready, "
+          f"{two.get('configmaps_wrong_after_changes', '-')} ConfigMaps wrong.\n")
+    if base:
+        unsharded = list(base["rss_mib"].values())[0]
+        unread = list(base["read_mib"].values())[0]
+        for k in [str(m) for m in s["members"] if m > 1]:
+            r = data.get(k)
+            if not r:
+                continue
+            coord = r.get("coordinator")
+            others = [v for n, v in r["rss_mib"].items() if n != coord] or list(r["rss_mib"].values())
+            reads = [v for n, v in r["read_mib"].items() if n != coord] or list(r["read_mib"].values())
+            verdicts.append(
+                f"{k} members over {s['size']:,} Samples: a member that does not coordinate {max(others):.0f} MiB "
+                f"resident and {max(reads):.0f} MiB read, against {unsharded:.0f} MiB and {unread:.0f} MiB unsharded "
+                f"(1/{k} of it: {unsharded / int(k):.0f} MiB, {unread / int(k):.0f} MiB; the aim is within 1.1/N plus "
+                f"a fixed overhead); the coordinator {r['rss_mib'].get(coord, float('nan')):.0f} MiB.")
+        if c:
+            verdicts.append(
+                f"A killed member's Samples labelled for others after {c['kill_member_labels_seconds']:.1f} s and "
+                f"their ConfigMaps after {c['kill_member_children_seconds']:.1f} s (aim: a lease duration plus a retry "
+                f"period, 17 s); a killed coordinator's after {c['kill_coordinator_labels_seconds']:.1f} s / "
+                f"{c['kill_coordinator_children_seconds']:.1f} s (two lease durations: the new coordinator judges "
+                "the Lease by its own clock).")
