@@ -1,0 +1,168 @@
+"""Scenario 11: the controller sharded across members (`reconcile --watch --shard-ring`). For each ring size,
+`size` Samples created in one burst while the members run: time until every Sample is Ready, then each
+member's resident memory and the bytes it read from its connections (watch streams and every answer, over
+TLS: /proc/PID/io rchar), against one unsharded controller doing the same. Then, on a ring of two converged
+members, how long a join, a graceful leave (SIGTERM) and a SIGKILL take to settle: until every Sample is
+labelled for a live member with none being drained, and, after a kill, until every ConfigMap is labelled
+for the member its Sample is on (what the surviving member's reconciles write). The coordinator is killed
+apart from the other members (it adds a lease duration: the new coordinator judges the dead member's Lease
+by its own clock). Nothing here asserts anything."""
+
+import threading
+import time
+
+from kube import Watch, delete_namespace, fresh_namespace, is_ready, namespaced, samples_path
+from scale import nothing_lost
+from scenarios import Seen
+
+RING = "bench"
+MEMBER_LABEL = f"shard.samplectl.io/{RING}"
+DRAIN_LABEL = f"drain.shard.samplectl.io/{RING}"
+
+
+class Labels:
+    """Each object's member and drain labels, as a watch sees them; waiting for a condition over all."""
+
+    def __init__(self):
+        self.now = {}
+        self.cond = threading.Condition()
+
+    def __call__(self, kind, obj, at):
+        name = obj["metadata"]["name"]
+        labels = obj["metadata"].get("labels") or {}
+        with self.cond:
+            if kind == "DELETED":
+                self.now.pop(name, None)
+            else:
+                self.now[name] = (labels.get(MEMBER_LABEL), labels.get(DRAIN_LABEL))
+            self.cond.notify_all()
+
+    def wait(self, settled, timeout):
+        """Waits until settled(list of (member, drain)) holds; returns when it did."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: settled(list(self.now.values())), timeout):
+                raise TimeoutError("the ring did not settle")
+        return time.monotonic()
+
+    def count(self, member):
+        with self.cond:
+            return sum(1 for m, _ in self.now.values() if m == member)
+
+
+def read_bytes(proc):
+    with open(f"/proc/{proc.proc.pid}/io") as f:
+        for line in f:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    raise RuntimeError("no rchar")
+
+
+def member(bench, ns, name):
+    extra = ["--shard-ring", RING, "--shard-member", name, "--leader-election-namespace", ns]
+    return bench.start("watch", ns, f"sharding-{ns}-{name}", extra=extra)
+
+
+def on(live):
+    """Every object on one of `live`, none being drained."""
+    return lambda labels: all(m in live and d is None for m, d in labels)
+
+
+def coordinator(bench, ns):
+    lease = bench.api.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{RING}")
+    return lease["spec"].get("holderIdentity")
+
+
+def ring_changes(bench, ns, members, size, log):
+    """On the converged ring m0, m1: a join, a graceful leave, a SIGKILL of a member, and one of the
+    coordinator, each timed until it settles."""
+    out = {}
+    samples, maps = Labels(), Labels()
+    managed = namespaced(ns, "configmaps") + "?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsamplectl"
+    watches = [Watch(bench.api, samples_path(ns), samples), Watch(bench.api, managed, maps)]
+    for w in watches:
+        w.wait_listed(timeout=120)
+
+    t0 = time.monotonic()
+    members["m2"] = member(bench, ns, "m2")
+    out["join_seconds"] = samples.wait(lambda l: on({"m0", "m1", "m2"})(l) and any(m == "m2" for m, _ in l), 600) - t0
+    time.sleep(3)
+    out["join_moved"] = samples.count("m2")
+    log(f"sharding: a join moved {out['join_moved']} of {size} in {out['join_seconds']:.1f}s")
+
+    t0 = time.monotonic()
+    members.pop("m2").stop()
+    out["leave_seconds"] = samples.wait(on({"m0", "m1"}), 600) - t0
+    log(f"sharding: a graceful leave settled in {out['leave_seconds']:.1f}s")
+
+    for case in ("member", "coordinator"):
+        members["m2"] = member(bench, ns, "m2")
+        samples.wait(lambda l: on({"m0", "m1", "m2"})(l) and any(m == "m2" for m, _ in l), 600)
+        time.sleep(3)
+        leader = coordinator(bench, ns)
+        victim = leader if case == "coordinator" else next(m for m in ("m2", "m1", "m0") if m != leader)
+        live = {"m0", "m1", "m2"} - {victim}
+        held = samples.count(victim)
+        t0 = time.monotonic()
+        members[victim].proc.kill()
+        members.pop(victim).stop()
+        out[f"kill_{case}_labels_seconds"] = samples.wait(on(live), 600) - t0
+        out[f"kill_{case}_children_seconds"] = maps.wait(on(live), 600) - t0
+        out[f"kill_{case}_held"] = held
+        log(f"sharding: SIGKILL of the {case} ({victim}, {held} Samples): labelled elsewhere after "
+            f"{out[f'kill_{case}_labels_seconds']:.1f}s, children after {out[f'kill_{case}_children_seconds']:.1f}s")
+        # The ring back to m0, m1 for the next case.
+        if "m2" in members:
+            members.pop("m2").stop()
+        for name in ("m0", "m1"):
+            if name not in members:
+                members[name] = member(bench, ns, name)
+        samples.wait(on({"m0", "m1"}), 600)
+    for w in watches:
+        w.stop()
+    return out
+
+
+def sharding(bench, size, members, log):
+    out = {}
+    for k in [0] + members:
+        ns = f"bench-shard-{k}"
+        fresh_namespace(bench.api, ns)
+        ready = Seen(is_ready)
+        watch = Watch(bench.api, samples_path(ns), ready)
+        watch.wait_listed()
+        if k == 0:
+            procs = {"unsharded": bench.start("watch", ns, f"sharding-{ns}")}
+        else:
+            procs = {f"m{i}": member(bench, ns, f"m{i}") for i in range(k)}
+        time.sleep(3)
+        started = time.monotonic()
+        bench.create_samples(ns, [f"s-{i:06}" for i in range(size)])
+        converge = ready.wait_count(size, timeout=3600) - started
+        for p in procs.values():
+            p.settle(timeout=900)
+        total, not_ready, wrong = nothing_lost(bench, ns)
+        row = {
+            "converge_seconds": converge,
+            "rss_mib": {name: p.rss_mib() for name, p in procs.items()},
+            "peak_rss_mib": {name: p.peak_rss_mib() for name, p in procs.items()},
+            "read_mib": {name: read_bytes(p) / 2**20 for name, p in procs.items()},
+            "not_ready": not_ready,
+            "configmaps_wrong": wrong,
+        }
+        if k:
+            row["coordinator"] = coordinator(bench, ns)
+            row["held"] = {}
+            for s in bench.api.request("GET", samples_path(ns))["items"]:
+                m = (s["metadata"].get("labels") or {}).get(MEMBER_LABEL, "-")
+                row["held"][m] = row["held"].get(m, 0) + 1
+        log(f"sharding {k or 'unsharded'}: converged {size} in {converge:.0f}s, RSS {row['rss_mib']}, "
+            f"read MiB {row['read_mib']}, held {row.get('held')}, coordinator {row.get('coordinator')}")
+        if k == 2:
+            out["changes"] = ring_changes(bench, ns, procs, size, log)
+            total, row["not_ready_after_changes"], row["configmaps_wrong_after_changes"] = nothing_lost(bench, ns)
+        out[str(k)] = row
+        watch.stop()
+        for p in procs.values():
+            p.stop()
+        delete_namespace(bench.api, ns)
+    return out
