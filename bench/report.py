@@ -556,18 +556,20 @@ def sharding_section(results, w, verdicts, out):
     s = results["settings"]["sharding"]
     w("## 11. Sharded across members\n")
     w(f"{s['size']:,} Samples created in one burst by 16 clients while the controller runs: unsharded "
-      "(`reconcile --watch`), and as 1, 2 and 4 members of one ring (`reconcile --watch --shard-ring bench`, "
+      f"(`reconcile --watch`), and as {', '.join(map(str, s['members']))} members of one ring "
+      "(`reconcile --watch --shard-ring bench`, "
       "default lease timings: 15 s lease, 10 s renew deadline, 2 s retry), every member a process on this "
       "machine. Converge: until the bench's own watch sees every Sample Ready. Then, each process quiet: its "
-      "resident memory, and the bytes it read from its connections since it started (/proc/PID/io rchar: watch "
-      "streams and every answer, TLS included; the coordinator also reads every Sample's metadata). On the "
+      "resident memory, and the bytes it received on its open connections since it started (`ss`, the "
+      "kernel's count per socket: watch streams and every answer, TLS included; its connections are "
+      "long-lived, so this is nearly all it was sent; the coordinator also watches every Sample's metadata). On the "
       "converged ring of two: a third member joins (settled when every Sample is labelled for a live member, "
       "none is being drained, and the new member holds some), leaves with SIGTERM (settled when it holds "
       "none), then, with three again, a member that does not coordinate and then the coordinator are killed "
       "(SIGKILL): until every Sample is labelled elsewhere, and until every ConfigMap is too (the surviving "
       "members' reconciles relabel them). Members, API server, etcd and the bench share the 2 cores, so "
       f"throughput cannot grow with members here.{measured_on(results, 'sharding')}\n")
-    w("| ring | converge s | Samples held per member | RSS MiB per process | read MiB per process | not Ready / "
+    w("| ring | converge s | Samples held per member | RSS MiB per process | received MiB per process | not Ready / "
       "ConfigMaps wrong |")
     w("|---|---:|---|---|---|---:|")
     base = data.get("0")
