@@ -213,6 +213,25 @@ async fn drain_within(
     }
 }
 
+/// Waits, as a standby (so `/readyz` says), until `candidate` holds its Lease (true) or `stop` turns
+/// true (false).
+async fn wait_to_hold(
+    candidate: &mut Candidate,
+    health: &Health,
+    stop: &mut watch::Receiver<bool>,
+    what: &str,
+) -> Result<bool> {
+    health.standby.store(true, Ordering::Relaxed);
+    while !*candidate.leading.borrow_and_update() {
+        tokio::select! {
+            changed = candidate.leading.changed() => if changed.is_err() { bail!("{what} stopped") },
+            _ = stop.wait_for(|s| *s) => return Ok(false),
+        }
+    }
+    health.standby.store(false, Ordering::Relaxed);
+    Ok(true)
+}
+
 /// Waits for the lease, reconciles while holding it, and stops at once if it is lost: the work in flight
 /// is aborted, not finished, since another replica may already lead, and the exit status is 1, as
 /// controller-runtime's, so the pod restarts as a fresh standby. On SIGTERM it finishes (within
@@ -228,18 +247,11 @@ async fn lead_then_reconcile(
     let (name, lease_namespace, identity) =
         (election.name.clone(), election.namespace.clone(), election.identity.clone());
     let mut candidate = election.start(conn.client.clone(), health.clone())?;
-    health.standby.store(true, Ordering::Relaxed);
     tracing::info!("waiting for the lease {lease_namespace}/{name} as {identity}");
-    while !*candidate.leading.borrow_and_update() {
-        tokio::select! {
-            changed = candidate.leading.changed() => if changed.is_err() { bail!("leader election stopped") },
-            _ = stop.wait_for(|s| *s) => {
-                candidate.release().await;
-                return Ok(());
-            }
-        }
+    if !wait_to_hold(&mut candidate, health, &mut stop, "leader election").await? {
+        candidate.release().await;
+        return Ok(());
     }
-    health.standby.store(false, Ordering::Relaxed);
     metrics.leader.set(1);
     tracing::info!("leading as {identity}");
 
@@ -282,17 +294,10 @@ async fn shard_then_reconcile(
     };
     let ring_label = BTreeMap::from([(RING_LABEL.to_owned(), member.ring.clone())]);
     let mut membership = lease(member.lease(), ring_label).start(conn.client.clone(), health.clone())?;
-    health.standby.store(true, Ordering::Relaxed);
-    while !*membership.leading.borrow_and_update() {
-        tokio::select! {
-            changed = membership.leading.changed() => if changed.is_err() { bail!("the shard ring's Lease stopped") },
-            _ = stop.wait_for(|s| *s) => {
-                membership.release().await;
-                return Ok(());
-            }
-        }
+    if !wait_to_hold(&mut membership, health, &mut stop, "the shard member's Lease").await? {
+        membership.release().await;
+        return Ok(());
     }
-    health.standby.store(false, Ordering::Relaxed);
     metrics.leader.set(1);
     tracing::info!(ring = member.ring, "member {} of the shard ring {}", member.name, member.ring);
 

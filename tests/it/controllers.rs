@@ -317,6 +317,31 @@ fn customize_hooks_feed_related_objects_and_their_changes_resync() {
     }
 }
 
+/// A DecoratorController of Tallies labelled `decorate=yes` and of ClusterRoles annotated
+/// `samplectl-test/decorate=<ns>`, each given a ConfigMap attachment, synced (and with `finalize`
+/// finalized) by the hook at `url`.
+fn decorator(name: &str, ns: &str, url: &str, finalize: bool) -> Value {
+    let mut dc = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1",
+        "kind": "DecoratorController",
+        "metadata": {"name": name},
+        "spec": {
+            "resources": [
+                {"apiVersion": "controllers.example.com/v1", "resource": "tallies",
+                 "labelSelector": {"matchLabels": {"decorate": "yes"}}},
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles",
+                 "annotationSelector": {"matchAnnotations": {"samplectl-test/decorate": ns}}},
+            ],
+            "attachments": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": url}}},
+        },
+    });
+    if finalize {
+        dc["spec"]["hooks"]["finalize"] = json!({"webhook": {"url": url}});
+    }
+    dc
+}
+
 /// A DecoratorController decorates a CRD's objects (by label) and a built-in cluster-scoped kind (by
 /// annotation): the hook's labels and annotations land on the object itself (null removes), its
 /// attachments are made, owned by the object, marked with the decorator's name and sent back keyed as
@@ -330,21 +355,7 @@ fn decorator_controllers_decorate_custom_and_built_in_objects() {
     let hook = HookServer::of("tests/fixtures/decorator-hook.py");
     let dir = tempfile::tempdir().unwrap();
     let role = format!("samplectl-test-{}", ns.0);
-    let dc = json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1",
-        "kind": "DecoratorController",
-        "metadata": {"name": "decorating"},
-        "spec": {
-            "resources": [
-                {"apiVersion": "controllers.example.com/v1", "resource": "tallies",
-                 "labelSelector": {"matchLabels": {"decorate": "yes"}}},
-                {"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles",
-                 "annotationSelector": {"matchAnnotations": {"samplectl-test/decorate": ns.0}}},
-            ],
-            "attachments": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "InPlace"}}],
-            "hooks": {"sync": {"webhook": {"url": hook.url}}, "finalize": {"webhook": {"url": hook.url}}},
-        },
-    });
+    let dc = decorator("decorating", &ns.0, &hook.url, true);
     let file = manifest(dir.path(), "decorator.yaml", std::slice::from_ref(&dc));
     let dc_object = dc;
     let mut taken = parent("Tally", "taken", json!({}));
@@ -437,21 +448,7 @@ fn a_sharded_decorator_labels_only_what_it_decorates() {
     let hook = HookServer::of("tests/fixtures/decorator-hook.py");
     let dir = tempfile::tempdir().unwrap();
     let (chosen, passed_over) = (format!("samplectl-test-{}", ns.0), format!("samplectl-test-{}-not", ns.0));
-    let dc = json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1",
-        "kind": "DecoratorController",
-        "metadata": {"name": "decorating-sharded"},
-        "spec": {
-            "resources": [
-                {"apiVersion": "controllers.example.com/v1", "resource": "tallies",
-                 "labelSelector": {"matchLabels": {"decorate": "yes"}}},
-                {"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles",
-                 "annotationSelector": {"matchAnnotations": {"samplectl-test/decorate": ns.0}}},
-            ],
-            "attachments": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "InPlace"}}],
-            "hooks": {"sync": {"webhook": {"url": hook.url}}},
-        },
-    });
+    let dc = decorator("decorating-sharded", &ns.0, &hook.url, false);
     let file = manifest(dir.path(), "decorator.yaml", &[dc]);
     let mut taken = parent("Tally", "taken", json!({}));
     taken["metadata"]["labels"] = json!({"decorate": "yes"});
