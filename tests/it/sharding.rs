@@ -195,7 +195,7 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
     let mut stopped = HashMap::new();
     for name in ["m1", "m2"] {
         stopped.insert(name, Timestamp::now());
-        let (code, log) = members.remove(name).unwrap().stop("TERM", Duration::from_secs(15));
+        let (code, log) = members.remove(name).unwrap().stop("TERM", Duration::from_secs(30));
         assert_eq!(code, Some(0), "{name} leaves cleanly:\n{log}");
     }
     let killed_at = Instant::now();
@@ -239,6 +239,15 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
     // that (a second lease duration if it was the coordinator), and then for the label writes of every
     // Sample moving at this point (the leavers' too); `scripts/bench --only sharding` times a kill alone.
     assert!(moved_after < Duration::from_secs(20) + patience / 2, "m3's Samples moved after {moved_after:?}");
+    // The Leases of the members that left or were killed go once they have been gone four lease
+    // durations (12 s here) and no Sample names them.
+    eventually(Duration::from_secs(60), "the departed members' Leases deleted", || {
+        let leases = kubectl_json(&["get", "leases", "-n", &ns.0, "-l", "shard.samplectl.io/ring=samples"]);
+        let mut names: Vec<&str> =
+            leases["items"].as_array().unwrap().iter().filter_map(|l| l["metadata"]["name"].as_str()).collect();
+        names.sort();
+        if names == ["samples.m4", "samples.m5"] { Ok(()) } else { Err(format!("{names:?}")) }
+    });
     eprintln!(
         "{} audited writes by {writers:?}; m3's Samples all elsewhere {moved_after:.1?} after SIGKILL",
         writes.len()

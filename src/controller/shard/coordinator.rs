@@ -41,6 +41,10 @@ use crate::controller::engine::request::bounded;
 /// How many label writes the coordinator has in flight at once (a join moves about 1/N of the parents).
 const WRITES: usize = 32;
 
+/// How many lease durations a member must have been gone before its Lease is deleted (once no parent
+/// names it): a minute with the default 15 s.
+const FORGET_AFTER_LEASES: u32 = 4;
+
 /// The field manager of the coordinator's label writes, so that an audit log (the request's URI) and the
 /// objects' managed fields tell them from the members' own writes.
 pub const FIELD_MANAGER: &str = "samplectl-shard-coordinator";
@@ -160,6 +164,21 @@ impl Members {
         }
     }
 
+    /// For how long `member`, seen, has surely been stopped (see [`Members::gone`]).
+    pub fn gone_for(&self, member: &str, now: Instant) -> Option<Duration> {
+        let (record, since) = self.seen.get(member)?;
+        let stopped = match record.0.as_deref() == Some(member) {
+            true => *since + self.duration(record),
+            false => *since,
+        };
+        now.checked_duration_since(stopped).filter(|_| self.gone(member, now))
+    }
+
+    /// Stops following a member whose Lease was deleted.
+    pub fn forget(&mut self, member: &str) {
+        self.seen.remove(member);
+    }
+
     /// The live members' ring.
     pub fn ring(&self, now: Instant) -> Ring {
         let live: Vec<&String> = self.seen.keys().filter(|m| self.live(m, now)).collect();
@@ -182,8 +201,8 @@ pub struct Coordinator {
 type Key = (usize, Place);
 
 impl Coordinator {
-    /// The ring's Leases, by member.
-    async fn leases(&self) -> anyhow::Result<Vec<(String, Record)>> {
+    /// The ring's Leases, by member: each one's record and resourceVersion.
+    async fn leases(&self) -> anyhow::Result<Vec<(String, Record, String)>> {
         let api: Api<Lease> = scope::api(self.client.clone(), Some(&self.lease_namespace));
         let lp = ListParams::default().labels(&format!("{RING_LABEL}={}", self.ring));
         let prefix = lease_prefix(&self.ring);
@@ -193,10 +212,44 @@ impl Coordinator {
             .into_iter()
             .filter_map(|lease| {
                 let member = lease.metadata.name.as_deref()?.strip_prefix(&prefix)?.to_owned();
+                let version = lease.metadata.resource_version.unwrap_or_default();
                 let spec = lease.spec.unwrap_or_default();
-                Some((member, (spec.holder_identity, spec.renew_time, spec.lease_duration_seconds)))
+                Some((member, (spec.holder_identity, spec.renew_time, spec.lease_duration_seconds), version))
             })
             .collect())
+    }
+
+    /// Deletes the Leases of members gone for `FORGET_AFTER_LEASES` lease durations that no parent names any more (a Deployment's
+    /// pods get new names, so each one that died would leave its Lease behind for good), each guarded by
+    /// the resourceVersion listed, so that a member that came back in between keeps its Lease.
+    async fn forget_gone(&self, members: &mut Members, parents: &HashMap<Key, Parent>, versions: &[(String, String)]) {
+        let (now, after) = (Instant::now(), self.lease_duration * FORGET_AFTER_LEASES);
+        let forgotten: Vec<&(String, String)> =
+            versions.iter().filter(|(member, _)| members.gone_for(member, now) >= Some(after)).collect();
+        if forgotten.is_empty() {
+            return;
+        }
+        let named: HashSet<&str> =
+            parents.values().flat_map(|p| p.member.iter().chain(&p.drain)).map(String::as_str).collect();
+        let api: Api<Lease> = scope::api(self.client.clone(), Some(&self.lease_namespace));
+        for (member, version) in forgotten {
+            if named.contains(member.as_str()) {
+                continue;
+            }
+            let params = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions { resource_version: Some(version.clone()), uid: None }),
+                ..Default::default()
+            };
+            let name = lease_prefix(&self.ring) + member;
+            match bounded(api.delete(&name, &params)).await {
+                Ok(_) => {
+                    tracing::info!(ring = self.ring, "deleted the Lease of {member}, gone and holding nothing");
+                    members.forget(member);
+                }
+                Err(failed) if matches!(failed.status(), Some(404 | 409)) => {}
+                Err(failed) => tracing::warn!(ring = self.ring, "cannot delete the Lease {name}: {}", failed.message()),
+            }
+        }
     }
 
     /// Coordinates until `stop` turns true.
@@ -228,7 +281,9 @@ impl Coordinator {
                 _ = tick.tick() => match self.leases().await {
                     Ok(leases) => {
                         let now = Instant::now();
-                        members.observe(leases, now);
+                        let versions: Vec<(String, String)> = leases.iter().map(|(m, _, v)| (m.clone(), v.clone())).collect();
+                        members.observe(leases.into_iter().map(|(m, record, _)| (m, record)), now);
+                        self.forget_gone(&mut members, &parents, &versions).await;
                         let next = members.ring(now);
                         let changed = ring.as_ref().is_none_or(|r| r.members() != next.members());
                         if changed {
@@ -405,6 +460,9 @@ mod tests {
         assert!(!members.live("a", later(17)) && members.gone("a", later(17)));
         // A member never seen is gone only a lease duration after the coordinator started.
         assert!(!members.gone("c", later(15)) && members.gone("c", later(16)));
+        assert_eq!(members.gone_for("a", later(20)), Some(Duration::from_secs(3)), "released at 17");
+        assert_eq!(members.gone_for("b", later(20)), Some(Duration::from_secs(5)), "ran out at 15");
+        assert_eq!(members.gone_for("c", later(20)), None, "never seen");
         // A Lease no longer listed runs out like one not renewed.
         let mut members = Members::new(Duration::from_secs(15), start);
         members.observe([("d".into(), record(Some("d"), 1))], start);
