@@ -53,6 +53,19 @@ pub fn default_identity() -> String {
     format!("{host}_{}", std::process::id())
 }
 
+/// A member's name when none is given: the pod's name, or the hostname with the process id, in lower
+/// case with anything a Lease's name cannot hold made '-'.
+pub fn default_member() -> String {
+    let identity = match std::env::var("POD_NAME") {
+        Ok(pod) if !pod.is_empty() => pod,
+        _ => default_identity(),
+    };
+    let name: String =
+        identity.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' }).collect();
+    let name: String = name.chars().take(63).collect();
+    name.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_owned()
+}
+
 /// What one look at the Lease found.
 #[derive(Debug, PartialEq, Eq)]
 enum Look {

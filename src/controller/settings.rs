@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::leader::Election;
-use super::shard::member::Member;
+use super::rules::shard::Member;
 use super::sync::hook::Target as HookTarget;
 use crate::cluster::resolve::Gvr;
 

@@ -17,8 +17,8 @@ use crate::controller::rules::children::{
     CONTROLLER_UID, ChildAction, ChildKey, MANAGED_BY_LABEL, Observed, Update, action, conflict_message, controlled_by,
 };
 use crate::controller::rules::selector::LabelSelector;
+use crate::controller::rules::shard::DOMAIN;
 use crate::controller::rules::status::Readiness;
-use crate::controller::shard::member::DOMAIN;
 
 /// What writing one child came to.
 enum ChildOutcome {

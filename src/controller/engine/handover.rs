@@ -1,4 +1,4 @@
-//! Letting go of a parent the shard coordinator is moving to another member (see `shard::member`): the
+//! Letting go of a parent the shard coordinator is moving to another member (see `rules::shard`): the
 //! children this member wrote are relabelled for the new member first, so that its watch has them when
 //! the parent arrives, then both sharding labels come off the parent, guarded by the resourceVersion
 //! read. The coordinator labels the parent for the new member only after that.
@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::request::bounded;
 use super::{Context, Done, Outcome, ReconcileError, failure, key, uid};
 use crate::controller::rules::children::{Observed, controlled_by};
-use crate::controller::shard::member::{Member, drain_label};
+use crate::controller::rules::shard::{Member, drain_label};
 
 impl Context {
     pub(super) async fn hand_over(

@@ -37,10 +37,10 @@ use super::rules::children::{
 use super::rules::decorate::DECORATOR_ANNOTATION;
 use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step};
 use super::rules::selector::ParentSelector;
+use super::rules::shard::Member;
 use super::rules::status::{Readiness, summary};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
-use super::shard::member::Member;
 use super::sync::{Answer, Inputs, Shape, Syncer};
 use crate::cluster::scope;
 use backoff::Backoff;

@@ -1,15 +1,18 @@
 //! The rules of the engine, decided without a cluster: which children a parent may have and whose an
 //! existing object is (`children`), what a parent's status says and when and how it is written
-//! (`status`), where a parent stands with its finalizer (`finalizer`), and whether a selector takes an
-//! object in (`selector`). The syncs answer in these terms and the engine acts on them; nothing here sends
+//! (`status`), where a parent stands with its finalizer (`finalizer`), whether a selector takes an
+//! object in (`selector`), and, for a shard ring, which member a parent belongs to (`ring`) and the labels
+//! that say so (`shard`). The syncs answer in these terms and the engine acts on them; nothing here sends
 //! a request, so every rule has unit tests.
 
 pub mod children;
 pub mod decorate;
 pub mod finalizer;
 pub mod related;
+pub mod ring;
 pub mod rolling;
 pub mod selector;
+pub mod shard;
 pub mod status;
 
 /// samplectl's name as a field manager, on every write it makes.

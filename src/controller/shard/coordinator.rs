@@ -30,13 +30,13 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::member::{RING_LABEL, drain_label, lease_prefix, member_label};
-use super::ring::Ring;
 use crate::cluster::scope;
 use crate::controller::drive::place::{Place, place};
 use crate::controller::drive::watch::hub::Hub;
 use crate::controller::engine::Context;
 use crate::controller::engine::request::bounded;
+use crate::controller::rules::ring::Ring;
+use crate::controller::rules::shard::{RING_LABEL, drain_label, lease_prefix, member_label};
 
 /// How many label writes the coordinator has in flight at once (a join moves about 1/N of the parents).
 const WRITES: usize = 32;

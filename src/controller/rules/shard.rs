@@ -1,5 +1,5 @@
-//! A member of a ring: the labels by which the coordinator hands it parents, and what it does with a
-//! parent being moved away from it.
+//! A member of a shard ring: the labels by which the coordinator hands it parents, and the names that
+//! can be used. The protocol they serve, carried out by `shard::coordinator` and `engine::handover`:
 //!
 //! A parent belongs to the member named by its label `shard.samplectl.io/<ring>`; the member watches only
 //! the parents (and the children) carrying its own name there. To move a parent, the coordinator first
@@ -58,19 +58,6 @@ pub fn check_member(member: &str) -> Result<(), String> {
              starting and ending with a letter or digit (set --shard-member, or POD_NAME)"
         ))
     }
-}
-
-/// A member's name when none is given: the pod's name, or the hostname with the process id, in lower
-/// case with anything a Lease's name cannot hold made '-'.
-pub fn default_member() -> String {
-    let identity = match std::env::var("POD_NAME") {
-        Ok(pod) if !pod.is_empty() => pod,
-        _ => crate::controller::leader::default_identity(),
-    };
-    let name: String =
-        identity.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' }).collect();
-    let name: String = name.chars().take(63).collect();
-    name.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_owned()
 }
 
 fn label_name(name: &str) -> bool {
