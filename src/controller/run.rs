@@ -23,7 +23,7 @@ use super::serve::metrics::Metrics;
 use super::serve::metrics_access::MetricsAccess;
 use super::serve::{Secure, serve_health, serve_metrics, tls};
 use super::settings::{Driver, Serve, Settings, Sharding, Source};
-use super::shard::coordinator::Coordinator;
+use super::shard::coordinator::{Coordinator, Members};
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
 use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
@@ -331,22 +331,34 @@ async fn shard_then_reconcile(
     result
 }
 
-/// Coordinates the ring whenever this replica holds the coordinator's Lease, until `stop`.
+/// Coordinates the ring whenever this replica holds the coordinator's Lease, until `stop`; the rest of
+/// the time it follows the ring's Leases, so that it can take over knowing how long each has been silent.
 async fn coordinate(coordinator: Coordinator, mut candidacy: Candidate, mut stop: watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            held = candidacy.leading.wait_for(|held| *held) => if held.is_err() { return },
-            _ = stop.wait_for(|s| *s) => break,
+    let mut members = Members::new(coordinator.lease_duration, tokio::time::Instant::now());
+    let mut tick = tokio::time::interval(coordinator.retry_period);
+    'standby: loop {
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    // A failure here is the coordinator's to report, once it coordinates.
+                    let _ = coordinator.observe(&mut members).await;
+                }
+                held = async { candidacy.leading.wait_for(|held| *held).await.is_ok() } => match held {
+                    true => break,
+                    false => return,
+                },
+                () = async { drop(stop.wait_for(|s| *s).await) } => break 'standby,
+            }
         }
         tracing::info!(ring = coordinator.ring, "coordinating the shard ring {}", coordinator.ring);
         let (stop_run, run_stopped) = watch::channel(false);
         let mut leading = candidacy.leading.clone();
         tokio::select! {
-            () = coordinator.run(run_stopped) => {}
-            _ = leading.wait_for(|held| !*held) => {
+            () = coordinator.run(&mut members, run_stopped) => {}
+            () = async { drop(leading.wait_for(|held| !*held).await) } => {
                 tracing::warn!(ring = coordinator.ring, "lost the coordinator's Lease; no longer coordinating");
             }
-            _ = stop.wait_for(|s| *s) => {
+            () = async { drop(stop.wait_for(|s| *s).await) } => {
                 let _ = stop_run.send(true);
                 break;
             }

@@ -252,9 +252,19 @@ impl Coordinator {
         }
     }
 
-    /// Coordinates until `stop` turns true.
-    pub async fn run(&self, mut stop: watch::Receiver<bool>) {
-        let mut members = Members::new(self.lease_duration, Instant::now());
+    /// Takes in the ring's Leases as they are now; returns each one's resourceVersion, by member.
+    pub async fn observe(&self, members: &mut Members) -> anyhow::Result<Vec<(String, String)>> {
+        let leases = self.leases().await?;
+        let versions = leases.iter().map(|(member, _, version)| (member.clone(), version.clone())).collect();
+        members.observe(leases.into_iter().map(|(member, record, _)| (member, record)), Instant::now());
+        Ok(versions)
+    }
+
+    /// Coordinates until `stop` turns true, judging the members' Leases by what `members` has seen of
+    /// them: a replica follows them from its start, also while another one coordinates, so that when it
+    /// takes over it already knows how long each has been silent (a member that died with the old
+    /// coordinator is given up on a lease duration after it died, not after the takeover).
+    pub async fn run(&self, members: &mut Members, mut stop: watch::Receiver<bool>) {
         let mut feeds = SelectAll::new();
         for (index, (ctx, namespace)) in self.controllers.iter().enumerate() {
             let (ar, namespace) = (&ctx.family.parent.ar, namespace.as_deref());
@@ -278,12 +288,10 @@ impl Coordinator {
         loop {
             let mut decide_all = false;
             tokio::select! {
-                _ = tick.tick() => match self.leases().await {
-                    Ok(leases) => {
+                _ = tick.tick() => match self.observe(members).await {
+                    Ok(versions) => {
                         let now = Instant::now();
-                        let versions: Vec<(String, String)> = leases.iter().map(|(m, _, v)| (m.clone(), v.clone())).collect();
-                        members.observe(leases.into_iter().map(|(m, record, _)| (m, record)), now);
-                        self.forget_gone(&mut members, &parents, &versions).await;
+                        self.forget_gone(members, &parents, &versions).await;
                         let next = members.ring(now);
                         let changed = ring.as_ref().is_none_or(|r| r.members() != next.members());
                         if changed {
