@@ -5,8 +5,8 @@ TLS, as the kernel counts them per socket), against one unsharded controller doi
 members, how long a join, a graceful leave (SIGTERM) and a SIGKILL take to settle: until every Sample is
 labelled for a live member with none being drained, and, after a kill, until every ConfigMap is labelled
 for the member its Sample is on (what the surviving member's reconciles write). The coordinator is killed
-apart from the other members (it adds a lease duration: the new coordinator judges the dead member's Lease
-by its own clock). Nothing here asserts anything."""
+apart from the other members (another member must first take the coordinator's Lease over). Nothing here
+asserts anything."""
 
 import re
 import subprocess
