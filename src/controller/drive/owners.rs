@@ -11,11 +11,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
 
 use crate::controller::drive::cache::Cache;
-use crate::controller::drive::place::Place;
+use crate::controller::drive::place::{Place, place};
 use crate::controller::rules::children::{ChildKey, Family, Observed, controller_of};
 
 /// The parent that controls the object `meta` describes, if one of the parent's type does.
-pub fn owner(meta: &ObjectMeta, family: &Family) -> Option<Place> {
+fn owner(meta: &ObjectMeta, family: &Family) -> Option<Place> {
     let (name, _) = controller_of(meta, &family.parent)?;
     let namespace = match family.parent.namespaced {
         true => meta.namespace.as_deref().unwrap_or_default(),
@@ -64,6 +64,21 @@ impl Owners {
     pub fn children_of(&self, parent: &Place) -> &[Child] {
         self.children_of.get(parent).map_or(&[], Vec::as_slice)
     }
+}
+
+/// Takes in a child of type `kind` as a watch or a list shows it (`gone` once deleted): returns the
+/// parent its metadata names as controller, and the one that controlled it before, if another.
+pub fn take_in(
+    owners: &Mutex<Owners>,
+    family: &Family,
+    kind: usize,
+    meta: &ObjectMeta,
+    gone: bool,
+) -> (Option<Place>, Option<Place>) {
+    let controller = owner(meta, family);
+    let child = Child { kind, place: place(meta) };
+    let before = owners.lock().unwrap_or_else(|e| e.into_inner()).set(&child, controller.clone().filter(|_| !gone));
+    (controller, before)
 }
 
 /// The children `parent` controls, whole, read from their caches (`caches[kind]` for child type `kind`).

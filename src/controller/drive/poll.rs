@@ -31,7 +31,7 @@ use crate::cluster::read::pages;
 use crate::cluster::scope;
 use crate::controller::drive::cache::Cache;
 use crate::controller::drive::changes::parent_print;
-use crate::controller::drive::owners::{Child, Owners, observed, owner};
+use crate::controller::drive::owners::{Child, Owners, observed, take_in};
 use crate::controller::drive::place::{Place, place};
 use crate::controller::drive::watch::hub::Hub;
 use crate::controller::engine::request::{Failed, bounded};
@@ -126,9 +126,7 @@ async fn follow(
             }
             watcher::Event::Init => continue,
         };
-        let controller = owner(&object.metadata, &ctx.family).filter(|_| !deleted);
-        let child = Child { kind, place: place(&object.metadata) };
-        owners.lock().unwrap_or_else(|e| e.into_inner()).set(&child, controller);
+        take_in(&owners, &ctx.family, kind, &object.metadata, deleted);
     }
 }
 
@@ -231,11 +229,7 @@ impl Poll {
                 let api = scope::dynamic(self.ctx.client.clone(), ar, self.child_namespace(kind));
                 for mut child in list_all(&api, ListParams::default().labels(&self.ctx.child_labels())).await? {
                     keep(&cache, &mut child);
-                    let controller = owner(&child.metadata, &self.ctx.family);
-                    owners
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .set(&Child { kind, place: place(&child.metadata) }, controller);
+                    take_in(&owners, &self.ctx.family, kind, &child.metadata, false);
                 }
                 caches.push(cache);
             } else {

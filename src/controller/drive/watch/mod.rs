@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use crate::cluster::resolve::Resolved;
 use crate::controller::drive::cache::Cache;
 use crate::controller::drive::changes::parent_print;
-use crate::controller::drive::owners::{Child, Owners, observed, owner};
+use crate::controller::drive::owners::{Owners, observed, take_in};
 use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
 use crate::controller::rules::children::{Family, MANAGED_BY, MANAGED_BY_LABEL, Observed};
@@ -111,10 +111,7 @@ impl Watch {
                     return parents.places();
                 }
             };
-            let owner = owner(&object.metadata, &family);
-            let child = Child { kind, place: place(&object.metadata) };
-            let before =
-                owners.lock().unwrap_or_else(|e| e.into_inner()).set(&child, owner.clone().filter(|_| !deleted));
+            let (owner, before) = take_in(&owners, &family, kind, &object.metadata, deleted);
             if listing {
                 return Vec::new();
             }
