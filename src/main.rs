@@ -81,7 +81,12 @@ async fn run(cli: Cli, color: bool) -> Result<()> {
         }
         Command::Reconcile(args) => {
             let mut options = cli.global.client_options();
-            options.agent = args.member().map(|member| format!("shard-member/{}/{}", member.ring, member.name));
+            // Every process tells itself apart in an audit log: a shard member by its incarnation, any
+            // other by its per-process id.
+            options.agent = Some(match args.member() {
+                Some(member) => format!("shard-member/{}/{}", member.ring, member.incarnation),
+                None => format!("process/{}", samplectl::controller::leader::incarnation()),
+            });
             let conn = Connection::new(&options, warn(color)).await?;
             reconcile::run(&conn, cli.global.namespace.as_deref(), args).await
         }

@@ -16,7 +16,7 @@ use crate::cluster::client::ClientOptions;
 use crate::cluster::resolve::{Gvr, check_resource_name};
 use crate::controller::crd::serves_samples;
 use crate::controller::leader::Election;
-use crate::controller::leader::default_member;
+use crate::controller::leader::{default_member, incarnation};
 use crate::controller::rules::shard::{Member, check_member, check_ring};
 use crate::controller::sync::hook::Target as HookTarget;
 use crate::logging::LogFormat;
@@ -178,7 +178,8 @@ pub struct ReconcileArgs {
     #[arg(long, value_name = "NS", add = ArgValueCompleter::new(complete::namespaces))]
     pub leader_election_namespace: Option<String>,
 
-    /// This replica's name in the Lease (default: POD_NAME or the hostname, with the process id)
+    /// This replica's name in the Lease (default: POD_NAME or the hostname); a random id of the process is
+    /// added to it, so that a second process under the same name stands by rather than leads too
     #[arg(long, value_name = "ID")]
     pub leader_election_identity: Option<String>,
 
@@ -188,8 +189,9 @@ pub struct ReconcileArgs {
     #[arg(long, value_name = "NAME", conflicts_with_all = ["leader_elect", "once", "from_cluster"])]
     pub shard_ring: Option<String>,
 
-    /// This replica's name in the ring, on its Lease and in the labels (default: POD_NAME, or the
-    /// hostname with the process id)
+    /// This replica's name in the ring and on its Lease (default: POD_NAME, or the hostname); the labels
+    /// name it with a random id of the process, so that a process restarted under the same name starts
+    /// with nothing of the one before it, and a second one under a taken name stands by
     #[arg(long, value_name = "NAME", requires = "shard_ring")]
     pub shard_member: Option<String>,
 
@@ -625,7 +627,8 @@ impl ReconcileArgs {
     /// This replica's member of the shard ring, with `--shard-ring`.
     pub fn member(&self) -> Option<Member> {
         let ring = self.shard_ring.clone()?;
-        Some(Member { ring, name: self.shard_member.clone().unwrap_or_else(default_member) })
+        let name = self.shard_member.clone().unwrap_or_else(default_member);
+        Some(Member::new(ring, name, incarnation()))
     }
 
     /// `--hook` or `--hook-url`, whichever was given.

@@ -4,7 +4,8 @@ use anyhow::Result;
 
 use crate::cli::ReconcileArgs;
 use crate::cluster::client::Connection;
-use crate::controller::leader::{Election, default_identity};
+use crate::controller::engine::fence::Fence;
+use crate::controller::leader::{Election, default_identity, identity_of};
 use crate::controller::run::run as run_controller;
 use crate::controller::settings::{Driver, HookSettings, MetricsServe, Serve, Settings, Sharding, Source};
 
@@ -16,11 +17,13 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
     let election = args.leader_elect.then(|| Election {
         name: args.leader_election_id.clone(),
         namespace: args.leader_election_namespace.clone().unwrap_or_else(|| conn.default_namespace.clone()),
-        identity: args.leader_election_identity.clone().unwrap_or_else(default_identity),
+        identity: args.leader_election_identity.as_deref().map_or_else(default_identity, identity_of),
         lease_duration: args.lease_duration,
         renew_deadline: args.renew_deadline,
         retry_period: args.retry_period,
         labels: Default::default(),
+        fence: Fence::closed(),
+        stand_again: false,
     });
     let sharding = args.member().map(|member| Sharding {
         member,

@@ -21,7 +21,7 @@ use super::define::from_object;
 use super::define::load::{Object, from_value};
 use super::drive::watch::hub::Hub;
 use super::engine::{Context, Definition};
-use super::reconciling::{Driving, Reconciling};
+use super::reconciling::{Driving, Reconciling, Writer};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
 use crate::cluster::client::Connection;
@@ -35,6 +35,8 @@ pub struct Fleet {
     pub selector: Option<String>,
     pub namespace: Option<String>,
     pub driving: Driving,
+    /// The fence of the leader election it runs under, if any.
+    pub writer: Writer,
 }
 
 /// A controller object, as kind and name.
@@ -86,7 +88,7 @@ impl State<'_> {
                     definitions,
                     self.fleet.namespace.as_deref(),
                     self.fleet.driving,
-                    None,
+                    &self.fleet.writer,
                     (self.metrics, self.health, &self.hub),
                 );
                 let contexts: Vec<Arc<Context>> = reconciling.controllers.iter().map(|(c, _)| c.clone()).collect();
@@ -277,7 +279,8 @@ impl Fleet {
         health.expect(definitions.len());
         let hub = Arc::new(Hub::new(conn.client.clone(), health.clone()));
         let shared = (metrics, health, &hub);
-        let reconciling = Reconciling::new(conn, definitions, self.namespace.as_deref(), self.driving, None, shared);
+        let reconciling =
+            Reconciling::new(conn, definitions, self.namespace.as_deref(), self.driving, &self.writer, shared);
         if let Err(err) = reconciling.run(stop).await {
             problems.push(format!("{err:#}"));
         }

@@ -10,9 +10,20 @@
 //! leading, whatever its requests are doing: every attempt is cut off at the deadline, as client-go does,
 //! because kube sets no read timeout and a request to a wedged API server may never return. Releasing
 //! clears the holder so a standby takes over at its next retry.
+//!
+//! Every process is an incarnation of its own: its holder identity is the replica's name (POD_NAME, the
+//! hostname, `--leader-election-identity` or the shard member) with a random id made at start, as
+//! controller-runtime adds a UUID to the hostname. A container restarted in place keeps its POD_NAME,
+//! and a second process may be started under a taken name by mistake; with the name alone either would
+//! find the Lease "held by itself" and act at once beside the first. With the id, it is another holder
+//! and stands by until the Lease is released or runs out.
+//!
+//! While it holds the Lease, an election keeps its [`Fence`] open until the renew deadline of the last
+//! renewal it sent: the engine checks it before every write, so no write is sent once this process may
+//! have been given up on.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
@@ -24,6 +35,7 @@ use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::engine::fence::Fence;
 use super::serve::health::Health;
 
 #[derive(Debug, Clone)]
@@ -36,6 +48,12 @@ pub struct Election {
     pub retry_period: Duration,
     /// Labels the Lease carries (a shard member's names its ring).
     pub labels: BTreeMap<String, String>,
+    /// Opened until each renewal's renew deadline while holding, closed otherwise.
+    pub fence: Fence,
+    /// Whether it stands again after it lost the Lease (the coordinator's candidacy). A leader or a
+    /// shard member does not, as client-go's does not: it stops, so that nothing it still had running
+    /// can find the fence open again.
+    pub stand_again: bool,
 }
 
 /// A running election: `leading` is true while this replica holds the lease.
@@ -45,23 +63,54 @@ pub struct Candidate {
     task: JoinHandle<()>,
 }
 
-pub fn default_identity() -> String {
-    let host = std::env::var("POD_NAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
-        .unwrap_or_else(|| "samplectl".to_owned());
-    format!("{host}_{}", std::process::id())
+/// How many characters the per-process id has: 36^6, about two billion, values.
+const INCARNATION_LEN: usize = 6;
+
+/// This process's random id, made once: lower-case letters and digits, so that it fits in a label value
+/// and a Lease's name alike.
+pub fn incarnation() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+        let mut bytes = [0u8; INCARNATION_LEN];
+        if getrandom::fill(&mut bytes).is_err() {
+            // No system randomness (never on Linux): the clock's nanoseconds and the process id still
+            // tell two processes apart.
+            let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+                ^ u128::from(std::process::id()) << 64;
+            bytes = std::array::from_fn(|i| (seed >> (i * 8)) as u8);
+        }
+        bytes.iter().map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char).collect()
+    })
 }
 
-/// A member's name when none is given: the pod's name, or the hostname with the process id, in lower
-/// case with anything a Lease's name cannot hold made '-'.
+/// The replica's name: the pod's, or the hostname.
+fn host() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|pod| !pod.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()))
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "samplectl".to_owned())
+}
+
+/// The holder identity of this process under the replica name `name`: the name, then '_' and the
+/// per-process id.
+pub fn identity_of(name: &str) -> String {
+    format!("{name}_{}", incarnation())
+}
+
+/// This process's holder identity when none is given: the pod's name or the hostname, with the
+/// per-process id.
+pub fn default_identity() -> String {
+    identity_of(&host())
+}
+
+/// A member's name when none is given: the pod's name, or the hostname, in lower case with anything a
+/// Lease's name cannot hold made '-'.
 pub fn default_member() -> String {
-    let identity = match std::env::var("POD_NAME") {
-        Ok(pod) if !pod.is_empty() => pod,
-        _ => default_identity(),
-    };
     let name: String =
-        identity.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' }).collect();
+        host().to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' }).collect();
     let name: String = name.chars().take(63).collect();
     name.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_owned()
 }
@@ -106,6 +155,8 @@ impl Election {
             let mut observed: Option<Observed> = None;
             // When the last successful renewal was sent: the renew deadline runs from there.
             let mut renewed: Option<Instant> = None;
+            // The holder last seen while standing by, so that a standby says once whom it waits for.
+            let mut standing_by: Option<String> = None;
             loop {
                 let sent = Instant::now();
                 let limit = match renewed {
@@ -124,13 +175,28 @@ impl Election {
                 match outcome {
                     Ok(Look::Holding) => {
                         renewed = Some(sent);
+                        // From when the renewal was sent, not answered: whoever judges this Lease saw it
+                        // renewed no earlier than that.
+                        self.fence.open_until(sent + self.renew_deadline);
                         leading_tx.send_if_modified(|l| !std::mem::replace(l, true));
                     }
                     Ok(Look::HeldByOther(holder)) => {
                         renewed = None;
+                        self.fence.close();
                         if leading_tx.send_if_modified(|l| std::mem::replace(l, false)) {
                             tracing::warn!("the lease {}/{} is now held by {holder}", self.namespace, self.name);
+                            if !self.stand_again {
+                                return;
+                            }
+                        } else if standing_by.as_ref() != Some(&holder) {
+                            tracing::info!(
+                                "the lease {}/{} is held by {holder}; standing by as {}",
+                                self.namespace,
+                                self.name,
+                                self.identity
+                            );
                         }
+                        standing_by = Some(holder);
                     }
                     Err(err) => {
                         tracing::warn!("leader election: {}", crate::error::describe_any(&err));
@@ -142,7 +208,11 @@ impl Election {
                                 self.name,
                                 self.renew_deadline.as_secs_f64()
                             );
+                            self.fence.close();
                             leading_tx.send_replace(false);
+                            if !self.stand_again {
+                                return;
+                            }
                         }
                     }
                 }
@@ -166,6 +236,8 @@ impl Election {
     /// Stops leading and, if this replica was leading, clears the Lease's holder so that a standby takes
     /// over at its next retry.
     async fn give_up(&self, api: &Api<Lease>, leading: &watch::Sender<bool>) {
+        // Nothing more is written once the Lease may be another's.
+        self.fence.close();
         if !leading.send_replace(false) {
             return;
         }

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use super::drive::poll::Poll;
 use super::drive::watch::Watch;
 use super::drive::watch::hub::Hub;
+use super::engine::fence::Fence;
 use super::engine::{Context, Definition};
 use super::rules::shard::Member;
 use super::serve::health::Health;
@@ -40,6 +41,14 @@ impl Driving {
     }
 }
 
+/// Who this process writes as: its shard member (only the parents labelled for it are its), and the
+/// fence its Lease keeps (the default one, never closed, without leader election or a ring).
+#[derive(Debug, Clone, Default)]
+pub struct Writer {
+    pub member: Option<Member>,
+    pub fence: Fence,
+}
+
 /// The controllers, each with the namespace it reconciles, and how they are driven.
 pub struct Reconciling {
     pub controllers: Vec<(Arc<Context>, Option<String>)>,
@@ -57,7 +66,7 @@ impl Reconciling {
         definitions: Vec<Definition>,
         namespace: Option<&str>,
         driving: Driving,
-        shard: Option<&Member>,
+        writer: &Writer,
         (metrics, health, hub): (&Arc<Metrics>, &Arc<Health>, &Arc<Hub>),
     ) -> Self {
         let driver_name = driving.name();
@@ -73,7 +82,8 @@ impl Reconciling {
                 describe(&definition)
             );
             let mut ctx = Context::new(conn.client.clone(), definition, metrics.clone(), health.clone());
-            ctx.shard = shard.cloned();
+            ctx.shard = writer.member.clone();
+            ctx.fence = writer.fence.clone();
             let ctx = Arc::new(ctx);
             controllers.push((ctx, namespace));
         }

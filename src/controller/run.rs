@@ -14,9 +14,10 @@ use super::crd::serves_samples;
 use super::define;
 use super::drive::observe;
 use super::drive::watch::hub::Hub;
+use super::engine::fence::Fence;
 use super::fleet::Fleet;
 use super::leader::{Candidate, Election};
-use super::reconciling::{Driving, Reconciling};
+use super::reconciling::{Driving, Reconciling, Writer};
 use super::rules::shard::RING_LABEL;
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
@@ -38,7 +39,8 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     // Everything is resolved and checked before anything is served or written.
     let definitions = match source {
         Source::Cluster { selector } => {
-            let fleet = Fleet { selector, namespace, driving };
+            let writer = Writer { member: None, fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default() };
+            let fleet = Fleet { selector, namespace, driving, writer };
             let (metrics, health) = start_serving(conn, &serve).await?;
             let stop = stop_on_signal();
             let work = Work::Fleet(fleet);
@@ -81,13 +83,17 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     health.expect(definitions.len());
     let stop = stop_on_signal();
     let hub = Arc::new(Hub::new(conn.client.clone(), health.clone()));
-    let member = sharding.as_ref().map(|s| &s.member);
+    let writer = match (&sharding, &election) {
+        (Some(sharding), _) => Writer { member: Some(sharding.member.clone()), fence: Fence::closed() },
+        (None, Some(election)) => Writer { member: None, fence: election.fence.clone() },
+        (None, None) => Writer::default(),
+    };
     let reconciling =
-        Reconciling::new(conn, definitions, namespace.as_deref(), driving, member, (&metrics, &health, &hub));
+        Reconciling::new(conn, definitions, namespace.as_deref(), driving, &writer, (&metrics, &health, &hub));
     let result = match sharding {
         Some(sharding) => {
             let serving = (&metrics, &health, &hub);
-            shard_then_reconcile(conn, sharding, reconciling, serving, stop, shutdown_timeout).await
+            shard_then_reconcile(conn, (sharding, writer.fence), reconciling, serving, stop, shutdown_timeout).await
         }
         None => lead_or_run(conn, election, Work::Fixed(reconciling), (metrics, health), stop, shutdown_timeout).await,
     };
@@ -276,31 +282,48 @@ async fn lead_then_reconcile(
 /// then the Lease is released, so that the coordinator moves this member's parents at once.
 async fn shard_then_reconcile(
     conn: &Connection,
-    sharding: Sharding,
+    (sharding, fence): (Sharding, Fence),
     reconciling: Reconciling,
     (metrics, health, hub): (&Arc<Metrics>, &Arc<Health>, &Arc<Hub>),
     mut stop: watch::Receiver<bool>,
     shutdown_timeout: Duration,
 ) -> Result<()> {
     let Sharding { member, lease_namespace, lease_duration, renew_deadline, retry_period } = sharding;
-    let lease = |name: String, labels: BTreeMap<String, String>| Election {
+    // Both Leases are held as this incarnation, each with a fence of its own: the member's fences its
+    // reconciles, the coordinator's its label writes.
+    let lease = |name: String, labels: BTreeMap<String, String>, fence: Fence, stand_again: bool| Election {
         name,
         namespace: lease_namespace.clone(),
-        identity: member.name.clone(),
+        identity: member.incarnation.clone(),
         lease_duration,
         renew_deadline,
         retry_period,
         labels,
+        fence,
+        stand_again,
     };
     let ring_label = BTreeMap::from([(RING_LABEL.to_owned(), member.ring.clone())]);
-    let mut membership = lease(member.lease(), ring_label).start(conn.client.clone(), health.clone())?;
+    let mut membership = lease(member.lease(), ring_label, fence, false).start(conn.client.clone(), health.clone())?;
+    tracing::info!(
+        ring = member.ring,
+        "waiting for the Lease {lease_namespace}/{} as {}",
+        member.lease(),
+        member.incarnation
+    );
     if !wait_to_hold(&mut membership, health, &mut stop, "the shard member's Lease").await? {
         membership.release().await;
         return Ok(());
     }
     metrics.leader.set(1);
-    tracing::info!(ring = member.ring, "member {} of the shard ring {}", member.name, member.ring);
+    tracing::info!(
+        ring = member.ring,
+        "member {} of the shard ring {} as {}",
+        member.name,
+        member.ring,
+        member.incarnation
+    );
 
+    let coordinator_fence = Fence::closed();
     let coordinator = Coordinator {
         client: conn.client.clone(),
         hub: hub.clone(),
@@ -309,9 +332,11 @@ async fn shard_then_reconcile(
         lease_duration,
         retry_period,
         controllers: reconciling.controllers.clone(),
+        fence: coordinator_fence.clone(),
     };
     let (stop_coordinating, coordinating) = watch::channel(false);
-    let candidacy = lease(member.ring.clone(), BTreeMap::new()).start(conn.client.clone(), health.clone())?;
+    let candidacy = lease(member.ring.clone(), BTreeMap::new(), coordinator_fence, true)
+        .start(conn.client.clone(), health.clone())?;
     let coordination = tokio::spawn(coordinate(coordinator, candidacy, coordinating));
 
     let mut holding = membership.leading.clone();

@@ -47,7 +47,7 @@ impl Driver {
 
 /// The example CRDs are cluster-wide and shared by every test here: applied once per run (tests applying
 /// the same CRD side by side could race), never deleted.
-fn example_crds() {
+pub fn example_crds() {
     static APPLIED: std::sync::Once = std::sync::Once::new();
     APPLIED.call_once(apply_example_crds);
 }

@@ -9,6 +9,7 @@ mod churn;
 mod completion;
 mod controllers;
 mod faults;
+mod fencing;
 mod hooks;
 mod hung_requests;
 mod in_cluster;

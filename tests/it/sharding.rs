@@ -8,14 +8,13 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use crate::support::{
-    Background, Namespace, cluster, converged, create, eventually, kubectl, kubectl_json, sample, samplectl,
-};
+use crate::support::audit::{self, incarnation_in, interleavings, last_lease_write};
+use crate::support::{Background, Namespace, converged, create, eventually, kubectl, kubectl_json, sample, samplectl};
 
 /// Short Lease timings, so that a dead member is given up on in seconds.
-const TIMINGS: [&str; 6] = ["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"];
+pub const TIMINGS: [&str; 6] = ["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"];
 
-fn member(ns: &str, name: &str, watch: bool) -> Background {
+pub fn member(ns: &str, name: &str, watch: bool) -> Background {
     let mut args = vec!["reconcile", "-n", ns, "--shard-ring", "samples", "--shard-member", name];
     args.extend(["--leader-election-namespace", ns]);
     args.extend(TIMINGS);
@@ -25,18 +24,18 @@ fn member(ns: &str, name: &str, watch: bool) -> Background {
     Background::start(&args)
 }
 
-fn create_samples(ns: &str, names: impl Iterator<Item = String>, value: &str) {
+pub fn create_samples(ns: &str, names: impl Iterator<Item = String>, value: &str) {
     let items: Vec<Value> = names.map(|n| sample(&n, value)).collect();
     create(ns, &json!({"apiVersion": "v1", "kind": "List", "items": items}));
 }
 
-fn update_samples(ns: &str, names: impl Iterator<Item = String>, value: &str) {
+pub fn update_samples(ns: &str, names: impl Iterator<Item = String>, value: &str) {
     let items: Vec<Value> = names.map(|n| sample(&n, value)).collect();
     crate::support::apply(ns, &json!({"apiVersion": "v1", "kind": "List", "items": items}));
 }
 
-/// Which member each Sample is labelled for (`-` for none), and whether any is being drained.
-fn labels(ns: &str) -> (BTreeMap<String, String>, usize) {
+/// Which member incarnation each Sample is labelled for (`-` for none), and whether any is being drained.
+pub fn labels(ns: &str) -> (BTreeMap<String, String>, usize) {
     labels_in(ns, "samples")
 }
 
@@ -52,100 +51,6 @@ fn labels_in(ns: &str, ring: &str) -> (BTreeMap<String, String>, usize) {
         draining += usize::from(labels.get(format!("drain.shard.samplectl.io/{ring}")).is_some());
     }
     (members, draining)
-}
-
-/// One write from the audit log.
-#[derive(Debug, Clone)]
-struct Write {
-    member: String,
-    /// The Sample it is for (a Sample's ConfigMap bears its name).
-    parent: String,
-    what: String,
-    received: Timestamp,
-    done: Timestamp,
-    /// A write of the sharding labels: the coordinator's (`Coordinator`), or a member letting go of the
-    /// Sample (`Release`).
-    labels: Option<Labels>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Labels {
-    Coordinator,
-    Release,
-}
-
-/// Every write to Samples and ConfigMaps in `ns` by a shard member, from the API server's audit log.
-fn audited_writes(ns: &str) -> Vec<Write> {
-    let dir = cluster().kubeconfig.parent().unwrap().to_owned();
-    // audit.log, and the one backup the API server keeps when it rotates it (audit-<time>.log).
-    let mut text = String::new();
-    for entry in std::fs::read_dir(&dir).unwrap().map(Result::unwrap) {
-        let file = entry.file_name().to_string_lossy().into_owned();
-        if file.starts_with("audit") && file.ends_with(".log") {
-            text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
-        }
-    }
-    assert!(!text.is_empty(), "the local cluster keeps no audit log: restart it (scripts/local-cluster down; up)");
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|e| e["objectRef"]["namespace"] == ns)
-        .filter_map(|e| {
-            let agent = e["userAgent"].as_str()?;
-            let member = agent.split("shard-member/samples/").nth(1)?.to_owned();
-            let (resource, sub) = (e["objectRef"]["resource"].as_str()?, e["objectRef"]["subresource"].as_str());
-            let verb = e["verb"].as_str()?;
-            let by_coordinator = e["requestURI"].as_str()?.contains("fieldManager=samplectl-shard-coordinator");
-            let labels = (resource == "samples" && sub.is_none() && verb == "patch").then_some(match by_coordinator {
-                true => Labels::Coordinator,
-                false => Labels::Release,
-            });
-            Some(Write {
-                member,
-                parent: e["objectRef"]["name"].as_str()?.to_owned(),
-                what: format!("{verb} {resource}{}", sub.map(|s| format!("/{s}")).unwrap_or_default()),
-                received: e["requestReceivedTimestamp"].as_str()?.parse().ok()?,
-                done: e["stageTimestamp"].as_str()?.parse().ok()?,
-                labels,
-            })
-        })
-        .collect()
-}
-
-/// Per Sample, each place where a member wrote after another one had, unless the other had let go of
-/// it first (its own write of the sharding labels, after its last write and before the next member's
-/// first) or was being stopped by then (`stopped`: when the members that left or were killed were sent
-/// their signal; they may finish a write in flight, so an overlap with the next member's write still
-/// counts).
-fn interleavings(writes: &[Write], stopped: &HashMap<&str, Timestamp>) -> Vec<String> {
-    let mut by_parent: HashMap<&str, Vec<&Write>> = HashMap::new();
-    for w in writes {
-        by_parent.entry(&w.parent).or_default().push(w);
-    }
-    let mut found = Vec::new();
-    for (parent, mut ws) in by_parent {
-        ws.sort_by_key(|w| w.received);
-        // The last member to write for this Sample, its last write, and whether it has let go since.
-        let mut last: Option<(&Write, bool)> = None;
-        for w in ws {
-            match (w.labels, &mut last) {
-                (Some(Labels::Release), Some((prev, released))) if prev.member == w.member => *released = true,
-                (Some(_), _) => {}
-                (None, Some((prev, released))) if prev.member != w.member => {
-                    let apart = prev.done <= w.received;
-                    let stopping = stopped.get(prev.member.as_str()).is_some_and(|at| *at <= w.received);
-                    if !(apart && (*released || stopping)) {
-                        found.push(format!(
-                            "{parent}: {} by {} then {} by {}",
-                            prev.what, prev.member, w.what, w.member
-                        ));
-                    }
-                    last = Some((w, false));
-                }
-                (None, _) => last = Some((w, false)),
-            }
-        }
-    }
-    found
 }
 
 #[test]
@@ -178,7 +83,8 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
     update_samples(&ns.0, names(0..u), "second");
     record(0..u, "second");
     eventually(patience, "three members hold Samples", || {
-        let held: std::collections::BTreeSet<String> = labels(&ns.0).0.into_values().collect();
+        let held: std::collections::BTreeSet<String> =
+            labels(&ns.0).0.into_values().filter_map(|m| Some(m.split_once('_')?.0.to_owned())).collect();
         match ["m1", "m2", "m3"].iter().all(|m| held.contains(*m)) {
             true => Ok(()),
             false => Err(format!("{held:?}")),
@@ -192,21 +98,23 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
     record(u..2 * u, "second");
 
     // Down to 2: two graceful leaves (SIGTERM), and m3 killed outright.
-    let mut stopped = HashMap::new();
+    let mut left = Vec::new();
     for name in ["m1", "m2"] {
-        stopped.insert(name, Timestamp::now());
         let (code, log) = members.remove(name).unwrap().stop("TERM", Duration::from_secs(30));
         assert_eq!(code, Some(0), "{name} leaves cleanly:\n{log}");
+        left.push(incarnation_in(&log, name));
     }
     let killed_at = Instant::now();
-    stopped.insert("m3", Timestamp::now());
+    let killed = Timestamp::now();
     let (_, m3_log) = members.remove("m3").unwrap().stop("KILL", Duration::from_secs(5));
+    let mut stopped = HashMap::from([(incarnation_in(&m3_log, "m3"), killed)]);
     update_samples(&ns.0, names(2 * u..3 * u).chain(names(2 * t + u..2 * t + 2 * u)), "third");
     record(2 * u..3 * u, "third");
     record(2 * t + u..2 * t + 2 * u, "third");
 
+    let last_two = |incarnation: &str| ["m4_", "m5_"].iter().any(|m| incarnation.starts_with(m));
     let all = |(members, draining): (BTreeMap<String, String>, usize)| {
-        let elsewhere: Vec<_> = members.iter().filter(|(_, m)| !["m4", "m5"].contains(&m.as_str())).collect();
+        let elsewhere: Vec<_> = members.iter().filter(|(_, m)| !last_two(m)).collect();
         match (elsewhere.is_empty(), draining) {
             (true, 0) => Ok(()),
             _ => Err(format!(
@@ -225,8 +133,14 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
         converged(&ns.0, |name| expected[name].clone(), 3 * t).map_err(|e| format!("{e}\n{}", logs()))
     });
 
-    let writes = audited_writes(&ns.0);
-    let writers: std::collections::BTreeSet<&str> = writes.iter().map(|w| w.member.as_str()).collect();
+    let writes = audit::writes(&ns.0, "samples");
+    // A member that left is done writing once its release of its Lease went through.
+    for process in left {
+        let released = last_lease_write(&writes, "samples", &process).expect("a leaver's Lease writes are audited");
+        stopped.insert(process, released);
+    }
+    let writers: std::collections::BTreeSet<&str> =
+        writes.iter().filter(|w| w.accepted() && !w.what.ends_with("leases")).map(|w| w.process.as_str()).collect();
     assert_eq!(writers.len(), 5, "every member wrote: {writers:?}");
     let found = interleavings(&writes, &stopped);
     assert!(
@@ -354,7 +268,7 @@ fn a_sharded_install_may_label_samples_and_change_nothing_else() {
         let (labels, _) = labels_in(&ns.0, "sa-test");
         let log = members.iter().map(Background::stderr).collect::<Vec<_>>().join("\n---\n");
         let ready = crate::support::all_ready(&ns.0, 11);
-        match (ready, labels.values().all(|m| m == "a" || m == "b")) {
+        match (ready, labels.values().all(|m| m.starts_with("a_") || m.starts_with("b_"))) {
             (Ok(()), true) => Ok(()),
             (ready, _) => Err(format!("{ready:?} {labels:?}\n{log}")),
         }

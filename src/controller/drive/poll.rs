@@ -162,6 +162,9 @@ struct State {
     children: Arc<Children>,
     /// For `--once`: the parents found not Ready.
     not_ready: Vec<String>,
+    /// The uids the last tick listed: one no longer listed (deleted, or moved to another shard member) is
+    /// forgotten by every store of the context.
+    known: HashSet<String>,
 }
 
 /// A parent's inputs, by version: the parent, each child it controls (by type, place and version), and
@@ -277,6 +280,16 @@ impl Poll {
         let present: HashSet<String> = parents.iter().map(|meta| meta.uid.clone().unwrap_or_default()).collect();
         self.ctx.backoff.retain(&present);
         state.synced.retain(|uid, _| present.contains(uid));
+        let departed: Vec<String> = state.known.difference(&present).cloned().collect();
+        state.known = present;
+        for uid in departed {
+            // One still being reconciled is forgotten at a later tick, once it has finished.
+            if state.running.contains(&uid) {
+                state.known.insert(uid);
+            } else {
+                self.ctx.parent_gone(&uid);
+            }
+        }
         let mut started = 0;
         for parent in parents {
             let uid = parent.uid.clone().unwrap_or_default();
@@ -303,7 +316,9 @@ impl Poll {
             {
                 continue;
             }
-            if !once && self.ctx.backoff.waiting(&uid, now) {
+            // A parent being moved to another shard member is let go of at once, whatever its backoff.
+            let drained = self.ctx.shard.as_ref().is_some_and(|member| member.drained_to(&parent).is_some());
+            if !once && !drained && self.ctx.backoff.waiting(&uid, now) {
                 continue;
             }
             state.running.insert(uid.clone());
@@ -387,6 +402,7 @@ impl Poll {
             parents: Cache::default(),
             children,
             not_ready: Vec::new(),
+            known: HashSet::new(),
         };
         loop {
             let started = Instant::now();

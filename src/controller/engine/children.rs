@@ -17,7 +17,7 @@ use crate::controller::rules::children::{
     CONTROLLER_UID, ChildAction, ChildKey, MANAGED_BY_LABEL, Observed, Update, action, conflict_message, controlled_by,
 };
 use crate::controller::rules::selector::LabelSelector;
-use crate::controller::rules::shard::DOMAIN;
+use crate::controller::rules::shard::{DOMAIN, PARENT_LABEL};
 use crate::controller::rules::status::Readiness;
 
 /// What writing one child came to.
@@ -163,7 +163,7 @@ impl Context {
                     let Some(patch) = claim(existing, desired, true) else {
                         return Ok(ChildOutcome::Unchanged);
                     };
-                    match bounded(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))).await {
+                    match self.send(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))).await {
                         Ok(now_ours) => {
                             adopted = true;
                             seen = Some(now_ours);
@@ -181,7 +181,7 @@ impl Context {
                     let object: DynamicObject = serde_json::from_value(desired.clone())
                         .map_err(|err| (format!("writing its {kind}"), Failed::Api(kube::Error::SerdeError(err))))?;
                     let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-                    bounded(api.create(&params, &object)).await.map(|_| ChildOutcome::Created)
+                    self.send(api.create(&params, &object)).await.map(|_| ChildOutcome::Created)
                 }
                 // A child the parent controls that samplectl's watches cannot see yet (made by
                 // metacontroller, or adopted): labelled first, so that the strategy then judges only
@@ -191,7 +191,7 @@ impl Context {
                     let Some(patch) = claim(existing, desired, false) else {
                         return Ok(ChildOutcome::Unchanged);
                     };
-                    match bounded(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))).await {
+                    match self.send(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))).await {
                         Ok(labelled) => {
                             seen = Some(labelled);
                             continue;
@@ -211,7 +211,7 @@ impl Context {
                     body["metadata"]["resourceVersion"] = existing.metadata.resource_version.clone().into();
                     let mut params = PatchParams::apply(FIELD_MANAGER).force();
                     params.dry_run = true;
-                    match bounded(api.patch(&key.name, &params, &Patch::Apply(&body))).await {
+                    match self.send(api.patch(&key.name, &params, &Patch::Apply(&body))).await {
                         Ok(would_be) if same_object(existing, &would_be) => {
                             return Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
                         }
@@ -232,7 +232,7 @@ impl Context {
                     body["metadata"]["uid"] = current.and_then(|m| m.uid.clone()).into();
                     body["metadata"]["resourceVersion"] = current.and_then(|m| m.resource_version.clone()).into();
                     let params = PatchParams::apply(FIELD_MANAGER).force();
-                    bounded(api.patch(&key.name, &params, &Patch::Apply(&body))).await.map(|_| ChildOutcome::Updated)
+                    self.send(api.patch(&key.name, &params, &Patch::Apply(&body))).await.map(|_| ChildOutcome::Updated)
                 }
             };
             match result {
@@ -276,7 +276,7 @@ impl Context {
                 }),
                 ..DeleteParams::background()
             };
-            match bounded(api.delete(&key.name, &params)).await {
+            match self.send(api.delete(&key.name, &params)).await {
                 Ok(_) => return Ok(true),
                 Err(failed) if failed.status() == Some(404) => return Ok(false),
                 Err(failed) if failed.status() == Some(409) && attempt == 0 => {
@@ -303,12 +303,12 @@ fn labelled(existing: &DynamicObject, desired: &Value) -> bool {
 }
 
 /// The keys of the labels samplectl marks its children with: its own, the `controller-uid` one, and
-/// the shard member's.
+/// in a shard ring the member's and the parent's uid.
 fn marks(desired: &Value) -> impl Iterator<Item = &str> {
     let shard = desired["metadata"]["labels"].as_object().into_iter().flat_map(|labels| labels.keys());
     let shard =
         shard.map(String::as_str).filter(|key| key.strip_prefix(DOMAIN).is_some_and(|rest| rest.starts_with('/')));
-    [MANAGED_BY_LABEL, CONTROLLER_UID].into_iter().chain(shard)
+    [MANAGED_BY_LABEL, CONTROLLER_UID, PARENT_LABEL].into_iter().chain(shard)
 }
 
 /// The merge patch that marks `existing` as the parent's: samplectl's labels (so its watches see the

@@ -4,7 +4,7 @@
 
 use kube::api::{DynamicObject, Patch, PatchParams};
 
-use super::request::{Failed, bounded};
+use super::request::Failed;
 use super::{Context, key};
 use crate::controller::rules::FIELD_MANAGER;
 use crate::controller::rules::decorate::metadata_patch;
@@ -18,7 +18,7 @@ impl Context {
         };
         let name = parent.metadata.name.as_deref().unwrap_or_default();
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
-        bounded(self.parent_api(parent).patch(name, &params, &Patch::Merge(&patch))).await?;
+        self.send(self.parent_api(parent).patch(name, &params, &Patch::Merge(&patch))).await?;
         let object = key(parent);
         tracing::info!(
             namespace = parent.metadata.namespace.as_deref(),

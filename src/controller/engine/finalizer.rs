@@ -5,7 +5,8 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
 use super::Context;
-use super::request::{Failed, bounded};
+use super::request::Failed;
+use crate::controller::rules::shard::guarded;
 
 impl Context {
     /// Adds the finalizer, as a merge patch conditioned on the resourceVersion read: a 409 is retried
@@ -17,7 +18,7 @@ impl Context {
             json!({"metadata": {"resourceVersion": parent.metadata.resource_version, "finalizers": finalizers}});
         let name = parent.metadata.name.as_deref().unwrap_or_default();
         let mut updated =
-            bounded(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await?;
+            self.send(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await?;
         updated.metadata.managed_fields = None;
         Ok(updated)
     }
@@ -36,10 +37,13 @@ impl Context {
             {"op": "remove", "path": path},
         ]))
         .expect("a well-formed JSON patch");
+        // A shard member's test of its own label comes first: once the parent was moved, it is not its.
+        let patch = match &self.shard {
+            Some(member) => guarded(Patch::Json(patch), member, ""),
+            None => Patch::Json(patch),
+        };
         let parent_name = parent.metadata.name.as_deref().unwrap_or_default();
-        match bounded(self.parent_api(parent).patch(parent_name, &PatchParams::default(), &Patch::<()>::Json(patch)))
-            .await
-        {
+        match self.send(self.parent_api(parent).patch(parent_name, &PatchParams::default(), &patch)).await {
             Ok(_) => Ok(()),
             // Already gone: the parent was deleted once the last finalizer went.
             Err(failed) if failed.status() == Some(404) => Ok(()),

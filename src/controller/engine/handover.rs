@@ -1,17 +1,77 @@
-//! Letting go of a parent the shard coordinator is moving to another member (see `rules::shard`): the
-//! children this member wrote are relabelled for the new member first, so that its watch has them when
-//! the parent arrives, then both sharding labels come off the parent, guarded by the resourceVersion
-//! read. The coordinator labels the parent for the new member only after that.
+//! A parent changing hands in a shard ring (see `rules::shard`).
+//!
+//! Letting go of a parent the coordinator is moving to another member: the children this member wrote
+//! are relabelled for the new member first, so that its watch has them when the parent arrives, then
+//! both sharding labels come off the parent, guarded by the resourceVersion read. The coordinator labels
+//! the parent for the new member only after that.
+//!
+//! Taking a parent in: a member's watch of children sees only those labelled for it, and a member that
+//! died (or an earlier process of the same name) left its children labelled for itself. So the first
+//! reconcile of a parent in this process also lists the children labelled with the parent's uid,
+//! whatever member they name: the ones the sync still wants are relabelled as they are written, the
+//! others deleted (each with its uid and resourceVersion as preconditions), so none is left behind. It
+//! looks again every [`SWEEP_EVERY`]: a child create the old member sent just before it stopped can
+//! still arrive after this (the one write no precondition can fence), labelled for the old member.
 
-use kube::api::{DynamicObject, Patch, PatchParams};
+use std::time::{Duration, Instant};
+
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::request::bounded;
 use super::{Context, Done, Outcome, ReconcileError, failure, key, uid};
-use crate::controller::rules::children::{Observed, controlled_by};
-use crate::controller::rules::shard::{Member, drain_label};
+use crate::controller::rules::children::{ChildKey, Observed, controlled_by, managed_selector};
+use crate::controller::rules::shard::{Member, PARENT_LABEL, drain_label};
+
+/// How often a member looks again for the children of a parent it holds whatever their member label.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
 impl Context {
+    /// `children` with every child of `parent` labelled with its uid added, the first time this process
+    /// reconciles it and every [`SWEEP_EVERY`] after (`swept` says when it last did, once a reconcile
+    /// went through).
+    pub(super) async fn take_in(&self, parent: &DynamicObject, children: Observed) -> Result<Observed, ReconcileError> {
+        let parent_uid = uid(parent);
+        let swept = self.swept.lock().unwrap_or_else(|e| e.into_inner()).get(&parent_uid).copied();
+        if self.shard.is_none() || swept.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
+            return Ok(children);
+        }
+        let mut children = children;
+        let selector = format!("{},{PARENT_LABEL}={parent_uid}", managed_selector());
+        let namespace = parent.metadata.namespace.clone().unwrap_or_default();
+        for (kind, child) in self.family.children.iter().enumerate() {
+            let api = self.child_api(kind, &namespace);
+            let listed = bounded(api.list(&ListParams::default().labels(&selector)))
+                .await
+                .map_err(|failed| failure(&key(parent), &format!("looking for its {}", child.ar.plural), failed))?;
+            for found in listed.items {
+                if !controlled_by(&found.metadata, &parent_uid) {
+                    continue;
+                }
+                let place = ChildKey {
+                    kind,
+                    namespace: found.metadata.namespace.clone().unwrap_or_default(),
+                    name: found.metadata.name.clone().unwrap_or_default(),
+                };
+                // The driver's copy is this member's own and as recent; a listed one is another's.
+                children.entry(place).or_insert(found);
+            }
+        }
+        Ok(children)
+    }
+
+    /// A reconcile of `parent` went through: if it looked for all its children, they are known now.
+    pub(super) fn taken_in(&self, parent: &DynamicObject, since: Instant) {
+        if self.shard.is_some() {
+            let mut swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
+            let at = swept.entry(uid(parent)).or_insert(since);
+            // Only a reconcile that swept moves the time on: one that did not started after it.
+            if since.duration_since(*at) >= SWEEP_EVERY {
+                *at = since;
+            }
+        }
+    }
+
     pub(super) async fn hand_over(
         &self,
         member: &Member,
@@ -28,7 +88,7 @@ impl Context {
             let patch =
                 json!({"metadata": {"resourceVersion": child.metadata.resource_version, "labels": {&label: to}}});
             let api = self.child_api(child_key.kind, &child_key.namespace);
-            match bounded(api.patch(&child_key.name, &PatchParams::default(), &Patch::Merge(&patch))).await {
+            match self.send(api.patch(&child_key.name, &PatchParams::default(), &Patch::Merge(&patch))).await {
                 // Changed or gone since it was read: the new member finds it as it is and puts it right.
                 Err(failed) if matches!(failed.status(), Some(404 | 409)) => {}
                 Err(failed) => return Err(failure(&object, "relabelling its children for the next member", failed)),
@@ -40,7 +100,7 @@ impl Context {
             "labels": {&label: Value::Null, drain_label(&member.ring): Value::Null},
         }});
         let name = parent.metadata.name.as_deref().unwrap_or_default();
-        match bounded(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await {
+        match self.send(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await {
             Ok(_) => tracing::info!(controller = self.name, "{object}: handed over to shard member {to}"),
             // Changed since it was read: the watch (or the next tick) brings the new version, and this
             // member lets go of it then if it is still its own and still being moved.

@@ -11,6 +11,7 @@ mod children;
 pub mod conflicts;
 mod decorate;
 pub mod events;
+pub mod fence;
 mod finalizer;
 mod handover;
 pub mod related;
@@ -37,7 +38,7 @@ use super::rules::children::{
 use super::rules::decorate::DECORATOR_ANNOTATION;
 use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step};
 use super::rules::selector::ParentSelector;
-use super::rules::shard::Member;
+use super::rules::shard::{Member, PARENT_LABEL};
 use super::rules::status::{Readiness, summary};
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
@@ -46,8 +47,9 @@ use crate::cluster::scope;
 use backoff::Backoff;
 use conflicts::Conflicts;
 use events::{EventQueue, Kind, Note, Reporter};
+use fence::Fence;
 use related::Related;
-use request::Failed;
+use request::{Failed, bounded};
 pub use revisions::Rolling;
 use written::WrittenStatuses;
 
@@ -155,6 +157,11 @@ pub struct Context {
     /// This replica's place in a shard ring: only the parents labelled for it are reconciled, and its
     /// children carry the same label.
     pub shard: Option<Member>,
+    /// Under leader election or in a shard ring: open while this process holds its Lease.
+    pub fence: Fence,
+    /// In a shard ring: when each parent's children were last looked for whatever their shard label
+    /// (`handover::take_in`).
+    swept: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 pub fn key(object: &DynamicObject) -> String {
@@ -220,6 +227,8 @@ impl Context {
             events,
             listed: AtomicBool::new(false),
             shard: None,
+            fence: Fence::default(),
+            swept: std::sync::Mutex::default(),
         }
     }
 
@@ -274,6 +283,7 @@ impl Context {
     }
 
     pub fn parent_gone(&self, parent_uid: &str) {
+        self.swept.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
         self.written.forget(parent_uid);
         self.backoff.clear(parent_uid);
         self.conflicts.forget(parent_uid);
@@ -307,7 +317,11 @@ impl Context {
         let started = std::time::Instant::now();
         self.metrics.in_flight.inc();
         let deadline = RECONCILE_TIMEOUT + self.sync.timeout();
-        let result = match tokio::time::timeout(deadline, self.reconcile_once(parent, children)).await {
+        let reconcile = async {
+            let children = self.take_in(parent, children).await?;
+            self.reconcile_once(parent, children).await
+        };
+        let result = match tokio::time::timeout(deadline, reconcile).await {
             Ok(result) => result,
             Err(_) => Err(ReconcileError {
                 object: key(parent),
@@ -316,6 +330,9 @@ impl Context {
             }),
         };
         self.metrics.in_flight.dec();
+        if result.is_ok() {
+            self.taken_in(parent, started);
+        }
         let label = match &result {
             Ok(Done { outcome: Outcome::Ready, .. }) => "ready",
             Ok(Done { outcome: Outcome::NotReady(_) | Outcome::Conflict(_), .. }) => "not_ready",
@@ -325,6 +342,16 @@ impl Context {
         };
         self.metrics.reconciled(&self.name, label, started.elapsed());
         result
+    }
+
+    /// Sends one write, unless this process's fence is closed (its Lease not renewed within the renew
+    /// deadline): checked right before the request goes, so that a reconcile which was frozen or stuck
+    /// sends nothing once another process may own what it writes.
+    async fn send<T>(&self, request: impl Future<Output = kube::Result<T>>) -> Result<T, Failed> {
+        if !self.fence.open() {
+            return Err(Failed::Fenced);
+        }
+        bounded(request).await
     }
 
     fn child_api(&self, kind: usize, namespace: &str) -> Api<DynamicObject> {
@@ -487,7 +514,9 @@ impl Context {
                 }
             }
             if let Some(member) = &self.shard {
-                body["metadata"]["labels"][member.label()] = member.name.clone().into();
+                let labels = &mut body["metadata"]["labels"];
+                labels[member.label()] = member.incarnation.clone().into();
+                labels[PARENT_LABEL] = uid(parent).into();
             }
             if self.sync.shape() == Shape::Decorator {
                 body["metadata"]["annotations"][DECORATOR_ANNOTATION] = self.name.clone().into();

@@ -22,6 +22,8 @@ pub async fn bounded<T>(request: impl Future<Output = kube::Result<T>>) -> Resul
 pub enum Failed {
     Api(kube::Error),
     TimedOut,
+    /// Not sent: this process's Lease was not renewed within its renew deadline (`fence`).
+    Fenced,
 }
 
 impl Failed {
@@ -30,13 +32,14 @@ impl Failed {
         match self {
             Failed::Api(err) => crate::error::out_of_reach(err),
             Failed::TimedOut => true,
+            Failed::Fenced => false,
         }
     }
 
     pub fn status(&self) -> Option<u16> {
         match self {
             Failed::Api(err) => crate::error::status_code(err),
-            Failed::TimedOut => None,
+            Failed::TimedOut | Failed::Fenced => None,
         }
     }
 
@@ -44,6 +47,7 @@ impl Failed {
         match self {
             Failed::Api(err) => crate::error::describe(err),
             Failed::TimedOut => format!("the API server did not answer within {}s", REQUEST_TIMEOUT.as_secs()),
+            Failed::Fenced => "not sent: this process's Lease was not renewed within its renew deadline".to_owned(),
         }
     }
 }

@@ -5,8 +5,9 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::events::Kind;
-use super::request::{Failed, bounded};
+use super::request::Failed;
 use super::{Context, key, now, uid};
+use crate::controller::rules::shard::guarded;
 use crate::controller::rules::status::{Readiness, Written, desired, patch, summary};
 
 impl Context {
@@ -32,7 +33,11 @@ impl Context {
         let ns = parent.metadata.namespace.as_deref();
         let ar = &self.family.parent.ar;
         let (body, params) = patch(self.sync().status_style(), (&ar.api_version, &ar.kind), (ns, name), &status);
-        let stored = bounded(self.parent_api(parent).patch_status(name, &params, &body)).await?;
+        let body = match &self.shard {
+            Some(member) => guarded(body, member, &version),
+            None => body,
+        };
+        let stored = self.send(self.parent_api(parent).patch_status(name, &params, &body)).await?;
         let stored = stored.data.get("status").cloned().unwrap_or(Value::Null);
         self.written.remember(&parent_uid, Written::new(version, &status, &stored));
         let object = key(parent);

@@ -2,18 +2,28 @@
 //! which member each parent belongs to and writes it in the parent's labels, following the members'
 //! Leases and a metadata watch of every parent type the process reconciles.
 //!
-//! - A parent with no member's label gets the one the ring gives it, as soon as the watch shows it.
-//! - A parent whose member is live but is no longer the ring's choice is drained: the drain label names
-//!   the new member, and the old one lets go (see `member`); once its label is gone, the first case
-//!   applies.
-//! - A parent whose member is gone (its Lease released, or not renewed for a lease duration as seen by
-//!   this coordinator's clock, or never seen in a lease duration since this coordinator started) is
-//!   labelled for the new member at once: a member stops writing within its renew deadline of failing to
-//!   renew, which is shorter.
+//! The ring hashes members' names, so that a member restarted under its name gets the same share; the
+//! labels name incarnations (the process holding each member's Lease, `rules::shard`).
+//!
+//! - A parent with no member's label gets the incarnation holding the Lease of the member the ring gives
+//!   it, as soon as the watch shows it.
+//! - A parent whose incarnation is live but is no longer the ring's choice is drained: the drain label
+//!   names the new incarnation, and the old one lets go (`engine::handover`); once its label is gone, the
+//!   first case applies.
+//! - A parent whose incarnation is gone (its Lease released or now held by another process, or not
+//!   renewed for a lease duration as seen by this coordinator's clock, or never seen in a lease duration
+//!   since this coordinator started) is labelled for the new one at once: a process stops writing at its
+//!   renew deadline, which is shorter, and a new process of the same member name is a new incarnation,
+//!   so it gets nothing of the old one's before this move.
+//!
+//! It decides only on a view of the Leases read within the last retry period: after any longer gap in
+//! its own loop (a freeze, a slow list), it reads them again first, so that a member that joined or
+//! renewed meanwhile is never taken for gone.
 //!
 //! Every write is a merge patch guarded by the resourceVersion the decision was made on, so two
 //! coordinators (an old one not yet aware it lost its Lease) can never undo each other, and a parent
-//! that changed in between is decided again from the watch's newer copy.
+//! that changed in between is decided again from the watch's newer copy; and none is sent once the
+//! coordinator's own Lease is past its renew deadline (its `fence`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -34,6 +44,7 @@ use crate::cluster::scope;
 use crate::controller::drive::place::{Place, place};
 use crate::controller::drive::watch::hub::Hub;
 use crate::controller::engine::Context;
+use crate::controller::engine::fence::Fence;
 use crate::controller::engine::request::bounded;
 use crate::controller::rules::ring::Ring;
 use crate::controller::rules::shard::{RING_LABEL, drain_label, lease_prefix, member_label};
@@ -57,10 +68,12 @@ pub struct Parent {
     /// Its controller takes it (its selectors select it, or it carries the controller's finalizer):
     /// a parent it does not take is not labelled, but one labelled already still moves with the ring.
     pub taken: bool,
-    /// The member its label names.
+    /// The incarnation its label names.
     pub member: Option<String>,
-    /// The member it is being moved to.
+    /// The incarnation it is being moved to.
     pub drain: Option<String>,
+    /// When the coordinator's watch showed it like this.
+    pub seen: Instant,
 }
 
 impl Parent {
@@ -72,6 +85,7 @@ impl Parent {
             taken,
             member: label(member_label(ring)),
             drain: label(drain_label(ring)),
+            seen: Instant::now(),
         }
     }
 }
@@ -79,26 +93,39 @@ impl Parent {
 /// A write the coordinator makes to a parent's labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Label it for this member (and drop any drain label): it has none, or its member is gone.
+    /// Label it for this incarnation (and drop any drain label): it has none, or its own is gone.
     Assign(String),
-    /// Ask its member to let go of it, for this one.
+    /// Ask its incarnation to let go of it, for this one.
     Drain(String),
     /// The move is off (the ring changed back): drop the drain label.
     Stay,
 }
 
-/// What to write to `parent`, if anything, given the ring of live members and whether a member that is
-/// not live is surely stopped (`gone`).
-pub fn decide(parent: &Parent, ring: &Ring, gone: impl Fn(&str) -> bool) -> Option<Step> {
-    let wanted = ring.owner(&parent.uid)?;
+/// The ring of live members, and the incarnation holding each one's Lease.
+#[derive(Debug, Default)]
+pub struct View {
+    pub ring: Ring,
+    pub holders: HashMap<String, String>,
+}
+
+impl View {
+    fn live(&self, incarnation: &str) -> bool {
+        self.holders.values().any(|h| h == incarnation)
+    }
+}
+
+/// What to write to `parent`, if anything, given the live members and whether an incarnation that is
+/// not live is surely stopped (`gone`, asked of the parent as the watch showed it).
+pub fn decide(parent: &Parent, view: &View, gone: impl Fn(&str, &Parent) -> bool) -> Option<Step> {
+    let wanted = view.holders.get(view.ring.owner(&parent.uid)?)?;
     match &parent.member {
         None if !parent.taken => None,
         None => Some(Step::Assign(wanted.to_owned())),
         Some(member) if member == wanted => parent.drain.is_some().then_some(Step::Stay),
-        Some(member) if ring.members().iter().any(|m| m == member) => {
+        Some(member) if view.live(member) => {
             (parent.drain.as_deref() != Some(wanted)).then(|| Step::Drain(wanted.to_owned()))
         }
-        Some(member) if gone(member) => Some(Step::Assign(wanted.to_owned())),
+        Some(member) if gone(member, parent) => Some(Step::Assign(wanted.to_owned())),
         // Not live, not yet surely stopped: wait for its Lease to run out.
         Some(_) => None,
     }
@@ -115,63 +142,98 @@ fn patch(step: &Step, ring: &str, version: &str) -> Value {
 }
 
 /// The members as their Leases show them, each Lease's record judged by this coordinator's own clock
-/// (as leader election judges a Lease): live while its record changes at least once a lease duration.
+/// (as leader election judges a Lease): live while it has a holder and its record changes at least once
+/// a lease duration. A member is its Lease's name (after `<ring>.`); the holder is an incarnation.
+///
+/// Whether an incarnation is gone is judged from lists *sent* late enough, never from the time alone: a
+/// coordinator that froze, or whose lists come late, has seen no renewal meanwhile, and by the clock
+/// alone would take live members for gone.
 #[derive(Debug)]
 pub struct Members {
     started: Instant,
     lease_duration: Duration,
     /// Per member: its Lease's last record (holder, renew time, duration) and when it was seen to change.
     seen: HashMap<String, (Record, Instant)>,
+    /// Incarnations seen to hold a Lease and then let it go or lose it to another: stopped for good.
+    ended: HashMap<String, Instant>,
+    /// When the latest list taken in was sent: the Leases were at least as recent as that.
+    listed: Option<Instant>,
 }
 
 type Record = (Option<String>, Option<MicroTime>, Option<i32>);
 
 impl Members {
     pub fn new(lease_duration: Duration, now: Instant) -> Self {
-        Members { started: now, lease_duration, seen: HashMap::new() }
+        Members { started: now, lease_duration, seen: HashMap::new(), ended: HashMap::new(), listed: None }
     }
 
-    /// Takes in the ring's Leases as listed at `now`: per member (the Lease's name after `<ring>.`),
-    /// its record. A Lease no longer listed keeps its last record, and so runs out like one not renewed.
-    pub fn observe(&mut self, leases: impl IntoIterator<Item = (String, Record)>, now: Instant) {
+    /// Takes in the ring's Leases as a list sent at `sent` showed them, at `now`: per member, its record.
+    /// A Lease no longer listed keeps its last record, and so runs out like one not renewed.
+    pub fn observe(&mut self, leases: impl IntoIterator<Item = (String, Record)>, sent: Instant, now: Instant) {
         for (member, record) in leases {
+            let record = (record.0.filter(|h| !h.is_empty()), record.1, record.2);
             let entry = self.seen.entry(member).or_insert_with(|| (record.clone(), now));
             if entry.0 != record {
+                if let Some(before) = entry.0.0.as_ref().filter(|before| record.0.as_ref() != Some(before)) {
+                    self.ended.insert(before.clone(), now);
+                }
                 *entry = (record, now);
             }
         }
+        self.listed = self.listed.max(Some(sent));
+        // An incarnation ended long ago would be judged gone by the rule for the never seen anyway.
+        let started = self.started;
+        let forget = self.lease_duration * FORGET_AFTER_LEASES;
+        self.ended.retain(|_, at| now.duration_since(*at) < forget || now.duration_since(started) <= forget);
+    }
+
+    /// When the latest list taken in was sent.
+    pub fn listed(&self) -> Option<Instant> {
+        self.listed
     }
 
     fn duration(&self, record: &Record) -> Duration {
         record.2.map_or(self.lease_duration, |s| Duration::from_secs(s.max(0) as u64))
     }
 
-    /// Whether `member` holds its Lease and renewed it within its duration.
+    /// Whether `member`'s Lease is held and was renewed within its duration.
     pub fn live(&self, member: &str, now: Instant) -> bool {
-        self.seen.get(member).is_some_and(|(record, since)| {
-            record.0.as_deref() == Some(member) && now.duration_since(*since) <= self.duration(record)
-        })
+        self.seen
+            .get(member)
+            .is_some_and(|(record, since)| record.0.is_some() && now.duration_since(*since) <= self.duration(record))
     }
 
-    /// Whether `member` has surely stopped: it released its Lease, or has not renewed it for its
-    /// duration, or was never seen in a lease duration since this coordinator started.
-    pub fn gone(&self, member: &str, now: Instant) -> bool {
-        match self.seen.get(member) {
-            Some((record, since)) => {
-                record.0.as_deref() != Some(member) || now.duration_since(*since) > self.duration(record)
-            }
-            None => now.duration_since(self.started) > self.lease_duration,
+    /// Whether `incarnation`, named on a parent the watch showed at `named`, has surely stopped:
+    /// - it was seen to release its Lease, or to lose it to another process;
+    /// - or its Lease shows the same renewal in a list sent more than its duration after that renewal
+    ///   was first seen: it missed its renew deadline (shorter) and stopped, and, since a process that
+    ///   lost its Lease never takes it back, that list shows its last renewal;
+    /// - or it holds no Lease in a list sent after the parent was seen naming it, and a lease duration
+    ///   after this coordinator started (it held one when it was labelled, and holds none now).
+    pub fn gone(&self, incarnation: &str, named: Instant) -> bool {
+        if self.ended.contains_key(incarnation) {
+            return true;
+        }
+        let Some(listed) = self.listed else { return false };
+        match self.seen.values().find(|(record, _)| record.0.as_deref() == Some(incarnation)) {
+            Some((record, since)) => listed.checked_duration_since(*since).is_some_and(|d| d > self.duration(record)),
+            None => listed > named && listed.duration_since(self.started) > self.lease_duration,
         }
     }
 
-    /// For how long `member`, seen, has surely been stopped (see [`Members::gone`]).
+    /// For how long `member`'s Lease, seen, has surely been without a live holder.
     pub fn gone_for(&self, member: &str, now: Instant) -> Option<Duration> {
         let (record, since) = self.seen.get(member)?;
-        let stopped = match record.0.as_deref() == Some(member) {
+        let stopped = match record.0.is_some() {
             true => *since + self.duration(record),
             false => *since,
         };
-        now.checked_duration_since(stopped).filter(|_| self.gone(member, now))
+        now.checked_duration_since(stopped).filter(|_| !self.live(member, now))
+    }
+
+    /// The incarnation that last held `member`'s Lease, as seen.
+    pub fn holder(&self, member: &str) -> Option<&str> {
+        self.seen.get(member).and_then(|(record, _)| record.0.as_deref())
     }
 
     /// Stops following a member whose Lease was deleted.
@@ -179,10 +241,11 @@ impl Members {
         self.seen.remove(member);
     }
 
-    /// The live members' ring.
-    pub fn ring(&self, now: Instant) -> Ring {
+    /// The live members' ring, and who holds each one's Lease.
+    pub fn view(&self, now: Instant) -> View {
         let live: Vec<&String> = self.seen.keys().filter(|m| self.live(m, now)).collect();
-        Ring::new(&live)
+        let holders = live.iter().filter_map(|m| Some(((*m).clone(), self.holder(m)?.to_owned()))).collect();
+        View { ring: Ring::new(&live), holders }
     }
 }
 
@@ -196,68 +259,98 @@ pub struct Coordinator {
     pub retry_period: Duration,
     /// The controllers the process runs, each with the namespace it reconciles (all when `None`).
     pub controllers: Vec<(Arc<Context>, Option<String>)>,
+    /// Open while this replica holds the coordinator's Lease, until the renew deadline.
+    pub fence: Fence,
 }
 
 type Key = (usize, Place);
 
+/// The ring's Leases as listed (by member: record and resourceVersion), and when the list was sent.
+type Listing = (Vec<(String, Record, String)>, Instant);
+
 impl Coordinator {
-    /// The ring's Leases, by member: each one's record and resourceVersion.
-    async fn leases(&self) -> anyhow::Result<Vec<(String, Record, String)>> {
+    /// Lists the ring's Leases: by member, each one's record and resourceVersion, and when the list was
+    /// sent. A future of its own, so that the coordinator's loop runs it beside its watches (a loop busy
+    /// with a request stops reading its feeds, and a full feed holds up every reader of the hub).
+    fn list_leases(&self) -> impl Future<Output = anyhow::Result<Listing>> + Send + use<> {
         let api: Api<Lease> = scope::api(self.client.clone(), Some(&self.lease_namespace));
         let lp = ListParams::default().labels(&format!("{RING_LABEL}={}", self.ring));
         let prefix = lease_prefix(&self.ring);
-        let leases = bounded(api.list(&lp)).await?;
-        Ok(leases
-            .items
-            .into_iter()
-            .filter_map(|lease| {
-                let member = lease.metadata.name.as_deref()?.strip_prefix(&prefix)?.to_owned();
-                let version = lease.metadata.resource_version.unwrap_or_default();
-                let spec = lease.spec.unwrap_or_default();
-                Some((member, (spec.holder_identity, spec.renew_time, spec.lease_duration_seconds), version))
-            })
-            .collect())
+        async move {
+            let sent = Instant::now();
+            let leases = bounded(api.list(&lp)).await?;
+            let leases = leases
+                .items
+                .into_iter()
+                .filter_map(|lease| {
+                    let member = lease.metadata.name.as_deref()?.strip_prefix(&prefix)?.to_owned();
+                    let version = lease.metadata.resource_version.unwrap_or_default();
+                    let spec = lease.spec.unwrap_or_default();
+                    Some((member, (spec.holder_identity, spec.renew_time, spec.lease_duration_seconds), version))
+                })
+                .collect();
+            Ok((leases, sent))
+        }
     }
 
-    /// Deletes the Leases of members gone for `FORGET_AFTER_LEASES` lease durations that no parent names any more (a Deployment's
-    /// pods get new names, so each one that died would leave its Lease behind for good), each guarded by
-    /// the resourceVersion listed, so that a member that came back in between keeps its Lease.
-    async fn forget_gone(&self, members: &mut Members, parents: &HashMap<Key, Parent>, versions: &[(String, String)]) {
+    /// Takes in the ring's Leases as listed; returns each one's resourceVersion, by member.
+    fn take(&self, members: &mut Members, (leases, sent): Listing) -> Vec<(String, String)> {
+        let versions = leases.iter().map(|(member, _, version)| (member.clone(), version.clone())).collect();
+        members.observe(leases.into_iter().map(|(member, record, _)| (member, record)), sent, Instant::now());
+        versions
+    }
+
+    /// Lists the ring's Leases and takes them in (a standby following them, with nothing else to do).
+    pub async fn observe(&self, members: &mut Members) -> anyhow::Result<Vec<(String, String)>> {
+        let listing = self.list_leases().await?;
+        Ok(self.take(members, listing))
+    }
+
+    /// The Leases to delete, with the resourceVersion each was listed at: of members gone for
+    /// `FORGET_AFTER_LEASES` lease durations whose last holder no parent names any more (a
+    /// Deployment's pods get new names, so each one that died would leave its Lease behind for good).
+    fn forgettable(
+        &self,
+        members: &Members,
+        parents: &HashMap<Key, Parent>,
+        versions: Vec<(String, String)>,
+    ) -> Vec<(String, String)> {
         let (now, after) = (Instant::now(), self.lease_duration * FORGET_AFTER_LEASES);
-        let forgotten: Vec<&(String, String)> =
-            versions.iter().filter(|(member, _)| members.gone_for(member, now) >= Some(after)).collect();
-        if forgotten.is_empty() {
-            return;
-        }
+        let mut forgotten = versions.into_iter().filter(|(member, _)| members.gone_for(member, now) >= Some(after));
+        let Some(first) = forgotten.next() else { return Vec::new() };
         let named: HashSet<&str> =
             parents.values().flat_map(|p| p.member.iter().chain(&p.drain)).map(String::as_str).collect();
-        let api: Api<Lease> = scope::api(self.client.clone(), Some(&self.lease_namespace));
-        for (member, version) in forgotten {
-            if named.contains(member.as_str()) {
-                continue;
-            }
-            let params = kube::api::DeleteParams {
-                preconditions: Some(kube::api::Preconditions { resource_version: Some(version.clone()), uid: None }),
-                ..Default::default()
-            };
-            let name = lease_prefix(&self.ring) + member;
-            match bounded(api.delete(&name, &params)).await {
-                Ok(_) => {
-                    tracing::info!(ring = self.ring, "deleted the Lease of {member}, gone and holding nothing");
-                    members.forget(member);
-                }
-                Err(failed) if matches!(failed.status(), Some(404 | 409)) => {}
-                Err(failed) => tracing::warn!(ring = self.ring, "cannot delete the Lease {name}: {}", failed.message()),
-            }
-        }
+        std::iter::once(first)
+            .chain(forgotten)
+            .filter(|(member, _)| !members.holder(member).is_some_and(|holder| named.contains(holder)))
+            .collect()
     }
 
-    /// Takes in the ring's Leases as they are now; returns each one's resourceVersion, by member.
-    pub async fn observe(&self, members: &mut Members) -> anyhow::Result<Vec<(String, String)>> {
-        let leases = self.leases().await?;
-        let versions = leases.iter().map(|(member, _, version)| (member.clone(), version.clone())).collect();
-        members.observe(leases.into_iter().map(|(member, record, _)| (member, record)), Instant::now());
-        Ok(versions)
+    /// Deletes a member's Lease, guarded by the resourceVersion listed, so that a member that came back
+    /// in between keeps its Lease; the member, when it went.
+    fn forget(&self, (member, version): (String, String)) -> impl Future<Output = Option<String>> + Send + use<> {
+        let api: Api<Lease> = scope::api(self.client.clone(), Some(&self.lease_namespace));
+        let (name, ring, fence) = (lease_prefix(&self.ring) + &member, self.ring.clone(), self.fence.clone());
+        async move {
+            if !fence.open() {
+                return None;
+            }
+            let params = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions { resource_version: Some(version), uid: None }),
+                ..Default::default()
+            };
+            match bounded(api.delete(&name, &params)).await {
+                Ok(_) => {
+                    tracing::info!(ring, "deleted the Lease of {member}, gone and holding nothing");
+                    Some(member)
+                }
+                Err(failed) if matches!(failed.status(), Some(404 | 409)) => None,
+                Err(failed) => {
+                    tracing::warn!(ring, "cannot delete the Lease {name}: {}", failed.message());
+                    None
+                }
+            }
+        }
     }
 
     /// Coordinates until `stop` turns true, judging the members' Leases by what `members` has seen of
@@ -277,41 +370,58 @@ impl Coordinator {
             feeds.push(events.map(move |event| (index, event)));
         }
         let mut parents: HashMap<Key, Parent> = HashMap::new();
-        // The parents to decide, in order; a full pass is queued every retry period when none is under
-        // way, since members run out with time alone.
-        let mut pending: VecDeque<Key> = VecDeque::new();
+        // The parents to decide, in order, each once; a full pass is queued every retry period when none
+        // is under way, since members run out with time alone.
+        let mut pending = Pending::default();
         let mut writing: HashSet<Key> = HashSet::new();
         let mut writes: JoinSet<(Key, Result<(), String>)> = JoinSet::new();
-        let mut ring: Option<Ring> = None;
+        // The Lease list under way (at most one), and the Lease deletions.
+        let mut listing: JoinSet<anyhow::Result<Listing>> = JoinSet::new();
+        let mut forgetting: JoinSet<Option<String>> = JoinSet::new();
+        // The live members, as the Leases last read show them.
+        let mut view: Option<View> = None;
         let mut tick = tokio::time::interval(self.retry_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // When the loop last turned, and, after it stood still, the time a list must be sent after.
+        let (mut last_turn, mut fresh_after) = (Instant::now(), None);
         loop {
             let mut decide_all = false;
             tokio::select! {
-                _ = tick.tick() => match self.observe(members).await {
-                    Ok(versions) => {
-                        let now = Instant::now();
-                        self.forget_gone(members, &parents, &versions).await;
-                        let next = members.ring(now);
-                        let changed = ring.as_ref().is_none_or(|r| r.members() != next.members());
-                        if changed {
-                            tracing::info!(ring = self.ring, "shard ring members: {}", describe(&next));
-                        }
-                        ring = Some(next);
-                        decide_all = changed || pending.is_empty();
+                _ = tick.tick() => {
+                    if listing.is_empty() {
+                        listing.spawn(self.list_leases());
                     }
-                    Err(err) => tracing::warn!(
-                        ring = self.ring,
-                        "cannot list the ring's Leases: {}",
-                        crate::error::describe_any(&err)
-                    ),
-                },
+                }
+                Some(listed) = listing.join_next() => {
+                    match listed.map_err(anyhow::Error::from).and_then(|l| l).map(|l| self.take(members, l)) {
+                        Ok(versions) => {
+                            if forgetting.is_empty() {
+                                for lease in self.forgettable(members, &parents, versions) {
+                                    forgetting.spawn(self.forget(lease));
+                                }
+                            }
+                            let next = members.view(Instant::now());
+                            let changed = view.as_ref().is_none_or(|v| v.holders != next.holders);
+                            if changed {
+                                tracing::info!(ring = self.ring, "shard ring members: {}", describe(&next));
+                            }
+                            view = Some(next);
+                            decide_all = changed || pending.is_empty();
+                        }
+                        Err(err) => tracing::warn!(
+                            ring = self.ring,
+                            "cannot list the ring's Leases: {}",
+                            crate::error::describe_any(&err)
+                        ),
+                    }
+                }
+                Some(Ok(Some(member))) = forgetting.join_next() => members.forget(&member),
                 Some((index, event)) = feeds.next() => match event {
                     watcher::Event::Apply(meta) | watcher::Event::InitApply(meta) => {
                         let key = (index, place(&meta));
                         let taken = self.controllers[index].0.takes(&meta);
                         parents.insert(key.clone(), Parent::of(&meta, &self.ring, taken));
-                        pending.push_front(key);
+                        pending.first(key);
                     }
                     watcher::Event::Delete(meta) => {
                         parents.remove(&(index, place(&meta)));
@@ -330,18 +440,36 @@ impl Coordinator {
                 () = async { drop(stop.wait_for(|s| *s).await) } => return,
             }
             if decide_all {
-                pending = parents.keys().cloned().collect();
+                pending.all(parents.keys());
             }
-            // Nothing is decided before the ring's Leases were read once.
-            let Some(ring) = &ring else { continue };
+            // The loop turns at least once a retry period (its tick): a longer gap since the last turn
+            // (beyond a retry period of slack) means this process froze or its loop was held up, and
+            // nothing is decided again before the ring's Leases are read anew.
             let now = Instant::now();
+            if now.duration_since(last_turn) > 2 * self.retry_period {
+                tracing::info!(ring = self.ring, "the coordinator's loop stood still; reading the ring again first");
+                fresh_after = Some(now);
+                if listing.is_empty() {
+                    tick.reset_immediately();
+                }
+            }
+            last_turn = now;
+            if fresh_after.is_some_and(|after| members.listed().is_none_or(|listed| listed < after)) {
+                continue;
+            }
+            fresh_after = None;
+            // Nothing is decided before the ring's Leases were read once.
+            let Some(view) = &view else { continue };
             while writing.len() < WRITES {
-                let Some(key) = pending.pop_front() else { break };
+                let Some(key) = pending.pop() else { break };
                 let Some(parent) = parents.get(&key) else { continue };
                 if writing.contains(&key) {
                     continue;
                 }
-                let Some(step) = decide(parent, ring, |member| members.gone(member, now)) else { continue };
+                let Some(step) = decide(parent, view, |incarnation, parent| members.gone(incarnation, parent.seen))
+                else {
+                    continue;
+                };
                 writing.insert(key.clone());
                 writes.spawn(self.write(key, step, parent.version.clone()));
             }
@@ -355,7 +483,14 @@ impl Coordinator {
         let api = scope::dynamic(self.client.clone(), ar, namespace);
         let body = patch(&step, &self.ring, &version);
         let ring = self.ring.clone();
+        let fence = self.fence.clone();
         async move {
+            if !fence.open() {
+                return (
+                    key,
+                    Err("not sent: the coordinator's Lease was not renewed within its renew deadline".into()),
+                );
+            }
             let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
             let result = match bounded(api.patch(&key.1.name, &params, &Patch::Merge(&body))).await {
                 Ok(_) => {
@@ -382,10 +517,43 @@ fn metadata<K: kube::Resource>(event: watcher::Event<K>) -> watcher::Event<Objec
     }
 }
 
-fn describe(ring: &Ring) -> String {
-    match ring.members() {
+/// The parents waiting to be decided, in order, each at most once.
+#[derive(Default)]
+struct Pending {
+    order: VecDeque<Key>,
+    queued: HashSet<Key>,
+}
+
+impl Pending {
+    /// `key` to be decided before the others (a change the watch just showed), unless it waits already:
+    /// it is decided on the parent as it is when its turn comes.
+    fn first(&mut self, key: Key) {
+        if self.queued.insert(key.clone()) {
+            self.order.push_front(key);
+        }
+    }
+
+    /// Every parent, to be decided again.
+    fn all<'a>(&mut self, keys: impl Iterator<Item = &'a Key>) {
+        self.order = keys.cloned().collect();
+        self.queued = self.order.iter().cloned().collect();
+    }
+
+    fn pop(&mut self) -> Option<Key> {
+        let key = self.order.pop_front()?;
+        self.queued.remove(&key);
+        Some(key)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
+fn describe(view: &View) -> String {
+    match view.ring.members() {
         [] => "none".into(),
-        members => members.join(", "),
+        members => members.iter().map(|m| view.holders.get(m).unwrap_or(m).as_str()).collect::<Vec<_>>().join(", "),
     }
 }
 
@@ -395,53 +563,63 @@ mod tests {
 
     fn parent(uid: &str, member: Option<&str>, drain: Option<&str>) -> Parent {
         let (member, drain) = (member.map(Into::into), drain.map(Into::into));
-        Parent { uid: uid.into(), version: "7".into(), taken: true, member, drain }
+        Parent { uid: uid.into(), version: "7".into(), taken: true, member, drain, seen: Instant::now() }
     }
 
-    /// A uid the ring of `members` gives to `wanted`.
-    fn uid_for(ring: &Ring, wanted: &str) -> String {
-        (0..).map(|i| format!("uid-{i}")).find(|uid| ring.owner(uid) == Some(wanted)).unwrap()
+    /// Members `a` and `b`, held by the incarnations `a_1` and `b_1`.
+    fn view() -> View {
+        let holders = HashMap::from([("a".into(), "a_1".into()), ("b".into(), "b_1".into())]);
+        View { ring: Ring::new(&["a", "b"]), holders }
+    }
+
+    /// A uid the ring of `view` gives to `wanted`.
+    fn uid_for(view: &View, wanted: &str) -> String {
+        (0..).map(|i| format!("uid-{i}")).find(|uid| view.ring.owner(uid) == Some(wanted)).unwrap()
     }
 
     #[test]
-    fn a_parent_moves_only_by_drain_from_a_live_member_and_at_once_from_a_gone_one() {
-        let ring = Ring::new(&["a", "b"]);
-        let uid = uid_for(&ring, "b");
-        let never = |_: &str| false;
-        let always = |_: &str| true;
-        // Unlabelled: assigned.
-        assert_eq!(decide(&parent(&uid, None, None), &ring, never), Some(Step::Assign("b".into())));
+    fn a_parent_moves_only_by_drain_from_a_live_incarnation_and_at_once_from_a_gone_one() {
+        let view = view();
+        let uid = uid_for(&view, "b");
+        let never = |_: &str, _: &Parent| false;
+        let always = |_: &str, _: &Parent| true;
+        // Unlabelled: assigned to the incarnation holding b's Lease.
+        assert_eq!(decide(&parent(&uid, None, None), &view, never), Some(Step::Assign("b_1".into())));
         // Where it belongs: nothing, or the drain called off.
-        assert_eq!(decide(&parent(&uid, Some("b"), None), &ring, never), None);
-        assert_eq!(decide(&parent(&uid, Some("b"), Some("a")), &ring, never), Some(Step::Stay));
-        // On a live member that is no longer its: drained, once.
-        assert_eq!(decide(&parent(&uid, Some("a"), None), &ring, never), Some(Step::Drain("b".into())));
-        assert_eq!(decide(&parent(&uid, Some("a"), Some("b")), &ring, never), None);
-        assert_eq!(decide(&parent(&uid, Some("a"), Some("c")), &ring, never), Some(Step::Drain("b".into())));
-        // Even a live member said to be gone is drained: liveness comes first.
-        assert_eq!(decide(&parent(&uid, Some("a"), None), &ring, always), Some(Step::Drain("b".into())));
-        // On a member out of the ring: waited for until it is surely stopped, then taken.
-        assert_eq!(decide(&parent(&uid, Some("dead"), None), &ring, never), None);
-        assert_eq!(decide(&parent(&uid, Some("dead"), Some("b")), &ring, always), Some(Step::Assign("b".into())));
+        assert_eq!(decide(&parent(&uid, Some("b_1"), None), &view, never), None);
+        assert_eq!(decide(&parent(&uid, Some("b_1"), Some("a_1")), &view, never), Some(Step::Stay));
+        // On a live incarnation that is no longer its: drained, once.
+        assert_eq!(decide(&parent(&uid, Some("a_1"), None), &view, never), Some(Step::Drain("b_1".into())));
+        assert_eq!(decide(&parent(&uid, Some("a_1"), Some("b_1")), &view, never), None);
+        assert_eq!(decide(&parent(&uid, Some("a_1"), Some("c_1")), &view, never), Some(Step::Drain("b_1".into())));
+        // Even a live incarnation said to be gone is drained: liveness comes first.
+        assert_eq!(decide(&parent(&uid, Some("a_1"), None), &view, always), Some(Step::Drain("b_1".into())));
+        // On an incarnation out of the ring: waited for until it is surely stopped, then taken.
+        assert_eq!(decide(&parent(&uid, Some("dead_1"), None), &view, never), None);
+        assert_eq!(decide(&parent(&uid, Some("dead_1"), Some("b_1")), &view, always), Some(Step::Assign("b_1".into())));
+        // An earlier process of b's own name is another incarnation: its parent waits for it to be
+        // gone, then goes to the process holding b's Lease now.
+        assert_eq!(decide(&parent(&uid, Some("b_0"), None), &view, never), None);
+        assert_eq!(decide(&parent(&uid, Some("b_0"), None), &view, always), Some(Step::Assign("b_1".into())));
         // Not taken by its controller: not labelled, but moved if it is labelled already.
         let untaken = |member: Option<&str>| Parent { taken: false, ..parent(&uid, member, None) };
-        assert_eq!(decide(&untaken(None), &ring, never), None);
-        assert_eq!(decide(&untaken(Some("a")), &ring, never), Some(Step::Drain("b".into())));
+        assert_eq!(decide(&untaken(None), &view, never), None);
+        assert_eq!(decide(&untaken(Some("a_1")), &view, never), Some(Step::Drain("b_1".into())));
         // No live member: nothing to do.
-        assert_eq!(decide(&parent(&uid, None, None), &Ring::default(), always), None);
+        assert_eq!(decide(&parent(&uid, None, None), &View::default(), always), None);
     }
 
     #[test]
     fn the_patches_are_guarded_by_the_version_read() {
-        let assign = patch(&Step::Assign("b".into()), "r", "42");
+        let assign = patch(&Step::Assign("b_1".into()), "r", "42");
         assert_eq!(
             assign,
             json!({"metadata": {"resourceVersion": "42", "labels": {
-                "shard.samplectl.io/r": "b", "drain.shard.samplectl.io/r": null}}})
+                "shard.samplectl.io/r": "b_1", "drain.shard.samplectl.io/r": null}}})
         );
         assert_eq!(
-            patch(&Step::Drain("b".into()), "r", "1")["metadata"]["labels"],
-            json!({"drain.shard.samplectl.io/r": "b"})
+            patch(&Step::Drain("b_1".into()), "r", "1")["metadata"]["labels"],
+            json!({"drain.shard.samplectl.io/r": "b_1"})
         );
         assert_eq!(patch(&Step::Stay, "r", "1")["metadata"]["labels"], json!({"drain.shard.samplectl.io/r": null}));
     }
@@ -452,29 +630,66 @@ mod tests {
     }
 
     #[test]
-    fn members_are_live_while_renewing_and_gone_once_released_or_run_out() {
+    fn incarnations_are_gone_once_released_replaced_or_shown_unrenewed_by_a_list_sent_late_enough() {
         let start = Instant::now();
         let later = |s: u64| start + Duration::from_secs(s);
         let mut members = Members::new(Duration::from_secs(15), start);
-        members.observe([("a".into(), record(Some("a"), 1)), ("b".into(), record(Some("b"), 1))], start);
-        assert_eq!(members.ring(later(1)).members(), ["a", "b"]);
+        let listed = |members: &mut Members, leases: Vec<(&str, Record)>, at: Instant| {
+            members.observe(leases.into_iter().map(|(m, r)| (m.to_owned(), r)), at, at)
+        };
+        listed(&mut members, vec![("a", record(Some("a_1"), 1)), ("b", record(Some("b_1"), 1))], start);
+        assert_eq!(members.view(later(1)).ring.members(), ["a", "b"]);
+        assert_eq!(members.view(later(1)).holders["a"], "a_1");
         // a renews, b does not.
-        members.observe([("a".into(), record(Some("a"), 11)), ("b".into(), record(Some("b"), 1))], later(10));
-        assert!(members.live("b", later(15)) && !members.gone("b", later(15)));
-        assert!(!members.live("b", later(16)) && members.gone("b", later(16)), "not renewed for its duration");
-        assert_eq!(members.ring(later(16)).members(), ["a"]);
-        // a releases its Lease (no holder): gone at once.
-        members.observe([("a".into(), record(None, 17))], later(17));
-        assert!(!members.live("a", later(17)) && members.gone("a", later(17)));
-        // A member never seen is gone only a lease duration after the coordinator started.
-        assert!(!members.gone("c", later(15)) && members.gone("c", later(16)));
-        assert_eq!(members.gone_for("a", later(20)), Some(Duration::from_secs(3)), "released at 17");
+        listed(&mut members, vec![("a", record(Some("a_1"), 11)), ("b", record(Some("b_1"), 1))], later(10));
+        assert!(members.live("b", later(15)) && !members.gone("b_1", start));
+        assert!(!members.live("b", later(16)), "not renewed for its duration: out of the ring");
+        assert!(!members.gone("b_1", start), "but not gone before a list sent after its duration shows it so");
+        listed(&mut members, vec![("a", record(Some("a_1"), 11)), ("b", record(Some("b_1"), 1))], later(16));
+        assert!(members.gone("b_1", start));
+        assert_eq!(members.view(later(16)).ring.members(), ["a"]);
+        // A list sent before a freeze and taken in after it proves nothing more than when it was sent.
+        let mut frozen = Members::new(Duration::from_secs(15), start);
+        frozen.observe([("c".to_owned(), record(Some("c_1"), 1))], start, start);
+        frozen.observe([("c".to_owned(), record(Some("c_1"), 1))], later(5), later(60));
+        assert!(!frozen.gone("c_1", start), "its last list was sent 5 s after the renewal was seen");
+        // a releases its Lease (no holder): a_1 gone at once.
+        listed(&mut members, vec![("a", record(None, 17))], later(17));
+        assert!(!members.live("a", later(17)) && members.gone("a_1", start));
+        // A new process takes a's Lease: a is live again, as a_2; a_1 stays gone.
+        listed(&mut members, vec![("a", record(Some("a_2"), 18))], later(18));
+        assert!(members.live("a", later(18)) && !members.gone("a_2", start) && members.gone("a_1", start));
+        assert_eq!(members.view(later(18)).holders["a"], "a_2");
+        // Taken straight from one process by another (the first ran out): the first is gone at once.
+        listed(&mut members, vec![("a", record(Some("a_3"), 40))], later(40));
+        assert!(members.gone("a_2", start) && !members.gone("a_3", start));
+        // An incarnation never seen holding is gone only once a list sent after the parent naming it was
+        // seen shows it holding nothing, a lease duration after the coordinator started.
+        assert!(members.gone("c_1", later(39)) && !members.gone("c_1", later(41)));
+        let young = Members::new(Duration::from_secs(15), later(30));
+        assert!(!young.gone("c_1", start), "nothing listed yet");
         assert_eq!(members.gone_for("b", later(20)), Some(Duration::from_secs(5)), "ran out at 15");
-        assert_eq!(members.gone_for("c", later(20)), None, "never seen");
+        assert_eq!(members.gone_for("a", later(41)), None, "held");
         // A Lease no longer listed runs out like one not renewed.
         let mut members = Members::new(Duration::from_secs(15), start);
-        members.observe([("d".into(), record(Some("d"), 1))], start);
-        members.observe([], later(5));
-        assert!(members.live("d", later(15)) && members.gone("d", later(16)));
+        listed(&mut members, vec![("d", record(Some("d_1"), 1))], start);
+        listed(&mut members, vec![], later(5));
+        assert!(members.live("d", later(15)) && !members.live("d", later(16)));
+        listed(&mut members, vec![], later(16));
+        assert!(members.gone("d_1", start));
+        assert_eq!(members.gone_for("d", later(20)), Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn a_parent_waits_once_however_often_it_changes() {
+        let key = |name: &str| (0, Place::new("ns", name));
+        let mut pending = Pending::default();
+        pending.all([key("a"), key("b")].iter());
+        pending.first(key("c"));
+        pending.first(key("b"));
+        pending.first(key("c"));
+        let order: Vec<Key> = std::iter::from_fn(|| pending.pop()).collect();
+        assert_eq!(order, [key("c"), key("a"), key("b")]);
+        assert!(pending.is_empty());
     }
 }

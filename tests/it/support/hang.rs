@@ -6,6 +6,11 @@
 //! It can also end a watch the way the API server does when the watch's resourceVersion has been
 //! compacted away (a 410 Expired ERROR event), so that one watcher relists while the others go on, and
 //! refuse chosen requests as invalid (422), as an API server without a feature refuses its parameters.
+//!
+//! And it can cut a client off and let it through later (`hold_everything_after`): from the first
+//! request containing a pattern, nothing more reaches the server, on any connection, until released;
+//! then every request held goes on, however long its sender has given up on it (or died), as requests
+//! a network partition or a frozen process held come back.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -28,6 +33,7 @@ pub struct HangingProxy {
     pub hung: Arc<std::sync::atomic::AtomicUsize>,
     /// Every write request forwarded (not hung), with when it passed and its request line.
     pub writes: Arc<Mutex<Vec<(Instant, String)>>>,
+    hold: Arc<Hold>,
     _kubectl_proxy: std::process::Child,
     stop: Arc<AtomicBool>,
 }
@@ -57,6 +63,8 @@ impl HangingProxy {
         let writes: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
         let (p, e, c, h, s) = (patterns.clone(), expiries.clone(), connections.clone(), hung.clone(), stop.clone());
         let w = writes.clone();
+        let hold: Arc<Hold> = Arc::default();
+        let hd = hold.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().map_while(Result::ok) {
                 if s.load(Ordering::Relaxed) {
@@ -82,6 +90,7 @@ impl HangingProxy {
                     hung: h.clone(),
                     last_request,
                     writes: w.clone(),
+                    hold: hd.clone(),
                 };
                 let f = frozen.clone();
                 let open2 = open.clone();
@@ -104,6 +113,7 @@ impl HangingProxy {
             connections,
             hung,
             writes,
+            hold,
             _kubectl_proxy: kubectl_proxy,
             stop,
         }
@@ -166,6 +176,23 @@ impl HangingProxy {
         self.patterns.lock().unwrap().push(pattern.as_bytes().to_vec());
     }
 
+    /// From the first request containing `pattern` on, holds every request on every connection (that
+    /// one included) until `release_held`; returns at once.
+    pub fn hold_everything_after(&self, pattern: &str) {
+        *self.hold.trigger.lock().unwrap() = Some(pattern.as_bytes().to_vec());
+    }
+
+    /// Whether requests are being held.
+    pub fn holding(&self) -> bool {
+        self.hold.holding.load(Ordering::Relaxed)
+    }
+
+    /// Lets every held request go on to the server, and stops holding.
+    pub fn release_held(&self) {
+        self.hold.holding.store(false, Ordering::Relaxed);
+        *self.hold.trigger.lock().unwrap() = None;
+    }
+
     /// A kubeconfig that reaches the cluster through this proxy.
     pub fn kubeconfig(&self, dir: &Path) -> PathBuf {
         let path = dir.join("through-proxy.kubeconfig");
@@ -217,6 +244,13 @@ impl Expiry {
     }
 }
 
+/// `hold_everything_after`'s state, shared by every connection.
+#[derive(Default)]
+struct Hold {
+    trigger: Mutex<Option<Vec<u8>>>,
+    holding: AtomicBool,
+}
+
 struct Connection {
     client: TcpStream,
     server: TcpStream,
@@ -234,6 +268,7 @@ struct Requests {
     hung: Arc<std::sync::atomic::AtomicUsize>,
     last_request: Arc<Mutex<Vec<u8>>>,
     writes: Arc<Mutex<Vec<(Instant, String)>>>,
+    hold: Arc<Hold>,
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -248,6 +283,7 @@ const EXPIRED: &str = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":
 /// never sees an error) but nothing more is forwarded. `requests` looks for the patterns in what passes.
 fn pump(mut from: TcpStream, mut to: TcpStream, requests: Option<Requests>, frozen: Arc<AtomicBool>) {
     let mut buf = [0u8; 16 * 1024];
+    let mut held = false;
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
@@ -267,6 +303,14 @@ fn pump(mut from: TcpStream, mut to: TcpStream, requests: Option<Requests>, froz
             continue;
         }
         if let Some(r) = &requests {
+            if r.hold.trigger.lock().unwrap().as_ref().is_some_and(|p| contains(&buf[..n], p)) {
+                r.hold.holding.store(true, Ordering::Relaxed);
+            }
+            // Held here, bytes and all, until released: the sender's later bytes wait in the socket.
+            while r.hold.holding.load(Ordering::Relaxed) {
+                held = true;
+                std::thread::sleep(Duration::from_millis(10));
+            }
             *r.last_request.lock().unwrap() = buf[..n].to_vec();
             let expiry = {
                 let mut expiries = r.expiries.lock().unwrap();
@@ -308,6 +352,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, requests: Option<Requests>, froz
         if to.write_all(&buf[..n]).is_err() {
             break;
         }
+    }
+    // A held request's sender may be gone by the time it goes on: the server still gets to answer it
+    // (an API server cancels a request whose connection closes), as it would a frozen sender's.
+    if held {
+        std::thread::sleep(Duration::from_secs(10));
     }
     if !frozen.load(Ordering::Relaxed) {
         let _ = to.shutdown(std::net::Shutdown::Write);
