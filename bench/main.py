@@ -27,6 +27,7 @@ PROFILES = {
         "hooks": {"count": 100, "sizes": [1000], "window": 60},
         "metacontroller": {"count": 100, "size": 1000, "controllers": 10, "per_controller": 100, "window": 60},
         "scale": {"sizes": [10000, 50000, 100000], "peer_sizes": [10000, 50000]},
+        "scale_poll": {"sizes": [100000]},
         "sharding": {"size": 20000, "members": [1, 2, 4]},
     },
     "quick": {
@@ -40,6 +41,7 @@ PROFILES = {
         "hooks": {"count": 20, "sizes": [200], "window": 15},
         "metacontroller": {"count": 20, "size": 200, "controllers": 10, "per_controller": 10, "window": 15},
         "scale": {"sizes": [2000], "peer_sizes": [2000]},
+        "scale_poll": {"sizes": [2000]},
         "sharding": {"size": 1000, "members": [1, 2]},
     },
 }
@@ -85,7 +87,9 @@ def main():
     for name in only:
         t0 = time.monotonic()
         log(f"{name} ...")
-        module = {"metacontroller": metacontroller, "scale": scale, "sharding": sharding}.get(name, scenarios)
+        module = {"metacontroller": metacontroller, "scale": scale, "scale_poll": scale, "sharding": sharding}.get(
+            name, scenarios
+        )
         results[name] = getattr(module, name.replace("idle", "idle_cost"))(bench, **profile[name], log=log)
         results["timings"][name] = time.monotonic() - t0
         results.setdefault("measured_on", {})[name] = {"commit": environment["commit"], "date": environment["date"]}

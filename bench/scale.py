@@ -162,3 +162,9 @@ def scale(bench, sizes, peer_sizes, log):
         if n in peer_sizes:
             out[f"{n}/peer"] = one_size(bench, "peer", n, log)
     return out
+
+
+def scale_poll(bench, sizes, log):
+    """The same for the poll driver (`reconcile`, a tick a second), a scenario of its own so that it can be
+    measured apart (`scripts/bench --only scale_poll`): its memory must not grow with a tick's work."""
+    return {f"{n}/poll": one_size(bench, "poll", n, log) for n in sizes}

@@ -69,14 +69,33 @@ def member(bench, ns, name):
     return bench.start("watch", ns, f"sharding-{ns}-{name}", extra=extra)
 
 
+def incarnation(proc, name, timeout=60):
+    """The incarnation a member process labels its Samples with (`m0_k3x9qa`), from its log."""
+    pattern = re.compile(rf"member {re.escape(name)} of the shard ring \S+ as (\S+)")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(proc.log_path) as f:
+            found = pattern.search(f.read())
+        if found:
+            return found.group(1)
+        time.sleep(0.2)
+    raise TimeoutError(f"{proc.log_path}: {name} never held its Lease")
+
+
+def name_of(label):
+    """A member's name from its incarnation's label (`m0_k3x9qa` -> `m0`)."""
+    return label.rsplit("_", 1)[0] if label else label
+
+
 def on(live):
-    """Every object on one of `live`, none being drained."""
+    """Every object on one of the incarnations `live`, none being drained."""
     return lambda labels: all(m in live and d is None for m, d in labels)
 
 
 def coordinator(bench, ns):
+    """The coordinating member's name."""
     lease = bench.api.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{RING}")
-    return lease["spec"].get("holderIdentity")
+    return name_of(lease["spec"].get("holderIdentity"))
 
 
 def ring_changes(bench, ns, members, size, log):
@@ -89,31 +108,43 @@ def ring_changes(bench, ns, members, size, log):
     for w in watches:
         w.wait_listed(timeout=120)
 
+    # Each member's incarnation: a member started again is a new one, which the labels name.
+    ids = {name: incarnation(p, name) for name, p in members.items()}
+
+    def start(name):
+        members[name] = member(bench, ns, name)
+        ids[name] = incarnation(members[name], name)
+
+    def live(*names):
+        return {ids[n] for n in names}
+
     t0 = time.monotonic()
-    members["m2"] = member(bench, ns, "m2")
-    out["join_seconds"] = samples.wait(lambda l: on({"m0", "m1", "m2"})(l) and any(m == "m2" for m, _ in l), 600) - t0
+    start("m2")
+    joined = lambda l: on(live("m0", "m1", "m2"))(l) and any(m == ids["m2"] for m, _ in l)  # noqa: E731
+    out["join_seconds"] = samples.wait(joined, 600) - t0
     time.sleep(3)
-    out["join_moved"] = samples.count("m2")
+    out["join_moved"] = samples.count(ids["m2"])
     log(f"sharding: a join moved {out['join_moved']} of {size} in {out['join_seconds']:.1f}s")
 
     t0 = time.monotonic()
     members.pop("m2").stop()
-    out["leave_seconds"] = samples.wait(on({"m0", "m1"}), 600) - t0
+    out["leave_seconds"] = samples.wait(on(live("m0", "m1")), 600) - t0
     log(f"sharding: a graceful leave settled in {out['leave_seconds']:.1f}s")
 
     for case in ("member", "coordinator"):
-        members["m2"] = member(bench, ns, "m2")
-        samples.wait(lambda l: on({"m0", "m1", "m2"})(l) and any(m == "m2" for m, _ in l), 600)
+        start("m2")
+        joined = lambda l: on(live("m0", "m1", "m2"))(l) and any(m == ids["m2"] for m, _ in l)  # noqa: E731
+        samples.wait(joined, 600)
         time.sleep(3)
         leader = coordinator(bench, ns)
         victim = leader if case == "coordinator" else next(m for m in ("m2", "m1", "m0") if m != leader)
-        live = {"m0", "m1", "m2"} - {victim}
-        held = samples.count(victim)
+        survivors = live(*({"m0", "m1", "m2"} - {victim}))
+        held = samples.count(ids[victim])
         t0 = time.monotonic()
         members[victim].proc.kill()
         members.pop(victim).stop()
-        out[f"kill_{case}_labels_seconds"] = samples.wait(on(live), 600) - t0
-        out[f"kill_{case}_children_seconds"] = maps.wait(on(live), 600) - t0
+        out[f"kill_{case}_labels_seconds"] = samples.wait(on(survivors), 600) - t0
+        out[f"kill_{case}_children_seconds"] = maps.wait(on(survivors), 600) - t0
         out[f"kill_{case}_held"] = held
         log(f"sharding: SIGKILL of the {case} ({victim}, {held} Samples): labelled elsewhere after "
             f"{out[f'kill_{case}_labels_seconds']:.1f}s, children after {out[f'kill_{case}_children_seconds']:.1f}s")
@@ -122,8 +153,8 @@ def ring_changes(bench, ns, members, size, log):
             members.pop("m2").stop()
         for name in ("m0", "m1"):
             if name not in members:
-                members[name] = member(bench, ns, name)
-        samples.wait(on({"m0", "m1"}), 600)
+                start(name)
+        samples.wait(on(live("m0", "m1")), 600)
     for w in watches:
         w.stop()
     return out
@@ -160,7 +191,7 @@ def sharding(bench, size, members, log):
             row["coordinator"] = coordinator(bench, ns)
             row["held"] = {}
             for s in bench.api.request("GET", samples_path(ns))["items"]:
-                m = (s["metadata"].get("labels") or {}).get(MEMBER_LABEL, "-")
+                m = name_of((s["metadata"].get("labels") or {}).get(MEMBER_LABEL, "-"))
                 row["held"][m] = row["held"].get(m, 0) + 1
         log(f"sharding {k or 'unsharded'}: converged {size} in {converge:.0f}s, RSS {row['rss_mib']}, "
             f"read MiB {row['read_mib']}, held {row.get('held')}, coordinator {row.get('coordinator')}")

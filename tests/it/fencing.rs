@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::sharding::{TIMINGS, create_samples, labels, member, update_samples};
+use crate::sharding::{create_samples, labels, update_samples};
 use crate::support::audit::{self, incarnation_in, interleavings, last_lease_write};
 use crate::support::hang::HangingProxy;
 use crate::support::{Background, Namespace, converged, eventually, kubectl, kubectl_json, samplectl};
@@ -23,6 +23,18 @@ fn rounds() -> usize {
 }
 
 const PATIENCE: Duration = Duration::from_secs(90);
+
+/// Lease timings short enough that a member is given up on in seconds, and long enough that a member
+/// on a loaded machine (these tests run beside the others) does not lose its Lease by itself.
+const TIMINGS: [&str; 6] = ["--lease-duration", "6s", "--renew-deadline", "4s", "--retry-period", "1s"];
+
+/// A member of the ring `samples` in `ns`, with the watch driver.
+fn member(ns: &str, name: &str) -> Background {
+    let mut args = vec!["reconcile", "-n", ns, "--watch", "--shard-ring", "samples", "--shard-member", name];
+    args.extend(["--leader-election-namespace", ns]);
+    args.extend(TIMINGS);
+    Background::start(&args)
+}
 
 /// Every Sample labelled for one of `processes`, none being drained.
 fn all_on(ns: &str, processes: &[&str]) -> Result<(), String> {
@@ -76,10 +88,10 @@ fn a_second_process_under_a_taken_member_name_stands_by_until_the_first_lets_go(
     samplectl(&["install-crd"]).success();
     for round in 0..rounds() {
         let ns = Namespace::new("shard-twins");
-        let first = member(&ns.0, "twin", true);
+        let first = member(&ns.0, "twin");
         let first_id = joined(&first, "twin");
-        let second = member(&ns.0, "twin", true);
-        let other = member(&ns.0, "other", true);
+        let second = member(&ns.0, "twin");
+        let other = member(&ns.0, "other");
         let other_id = joined(&other, "other");
         let n = 60;
         let names = || (0..n).map(|i| format!("t{i:03}"));
@@ -112,8 +124,8 @@ fn a_member_restarted_under_its_own_name_during_updates_never_writes_beside_anot
     samplectl(&["install-crd"]).success();
     for round in 0..rounds() {
         let ns = Namespace::new("shard-restart");
-        let stable = member(&ns.0, "stable", true);
-        let restarting = member(&ns.0, "restarting", true);
+        let stable = member(&ns.0, "stable");
+        let restarting = member(&ns.0, "restarting");
         let (stable_id, old_id) = (joined(&stable, "stable"), joined(&restarting, "restarting"));
         let n = 60;
         let names = || (0..n).map(|i| format!("r{i:03}"));
@@ -140,7 +152,7 @@ fn a_member_restarted_under_its_own_name_during_updates_never_writes_beside_anot
         std::thread::sleep(Duration::from_secs(2));
         let (code, old_log) = restarting.stop("TERM", Duration::from_secs(30));
         assert_eq!(code, Some(0), "{old_log}");
-        let restarted = member(&ns.0, "restarting", true);
+        let restarted = member(&ns.0, "restarting");
         let new_id = joined(&restarted, "restarting");
         assert_ne!(new_id, old_id, "a new process is a new incarnation");
         std::thread::sleep(Duration::from_secs(4));
@@ -180,7 +192,7 @@ fn a_write_held_past_the_lease_and_let_through_is_refused() {
         let names = || (0..12).map(|i| format!("l{i:02}"));
         create_samples(&ns.0, names(), "v1");
         eventually(PATIENCE, "every Sample Ready", || converged(&ns.0, |_| "v1".into(), 12));
-        let direct = member(&ns.0, "direct", true);
+        let direct = member(&ns.0, "direct");
         let direct_id = joined(&direct, "direct");
         // The ring gives about half to the new member; one left on the member behind the proxy is the target.
         let target = eventually(PATIENCE, "the Samples shared out", || {

@@ -12,6 +12,12 @@
 //! [`CONFLICT_RECHECK_MAX`](crate::controller::engine::backoff::CONFLICT_RECHECK_MAX), rather than costing a request every
 //! tick. Both backoffs live in the context's one store. `--once` lists the children instead (one pass
 //! needs no watch).
+//!
+//! Memory stays bounded by the parents kept, not by a tick: lists are taken a page at a time (whole
+//! objects go into the cache as their page comes, metadata is looked at and dropped), and the parents
+//! to reconcile wait in a queue of small entries (uid, place, version) for a free slot, rather than each
+//! as a task holding its metadata. A parent no longer listed (deleted, or moved to another shard member)
+//! is forgotten by every store.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
@@ -89,6 +95,15 @@ async fn list_metadata(api: &Api<DynamicObject>, lp: ListParams) -> Result<Vec<O
 /// from.
 type Finished = (String, Place, u64, Result<Done, ReconcileError>);
 
+/// A parent waiting for a free slot: all a reconcile needs to find it (whole, in the cache or with a
+/// GET), and the fingerprint of the inputs it was queued for.
+struct Waiting {
+    uid: String,
+    place: Place,
+    version: Option<String>,
+    print: u64,
+}
+
 /// Keeps `object` (without its managed fields, which no reconcile reads) in `cache`.
 fn keep(cache: &Cache<DynamicObject>, object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
@@ -130,20 +145,21 @@ async fn follow(
     }
 }
 
-/// The object `meta` describes (of the parents' type), whole: as kept when it was read at this version,
-/// else read now (`None` when it is gone).
+/// The parent at `at` (of the parents' type), whole: as kept when it was read at `version`, else read
+/// now (`None` when it is gone).
 async fn read(
     ctx: &Context,
     parents: &Cache<DynamicObject>,
-    meta: &ObjectMeta,
+    at: &Place,
+    version: Option<&str>,
 ) -> Result<Option<DynamicObject>, Failed> {
-    let at = place(meta);
-    if parents.holds(&at, meta.resource_version.as_deref())
-        && let Some(object) = parents.get(&at)
+    if parents.holds(at, version)
+        && let Some(object) = parents.get(at)
     {
         return Ok(Some(object));
     }
-    let api = scope::dynamic(ctx.client.clone(), &ctx.family.parent.ar, meta.namespace.as_deref());
+    let namespace = Some(&*at.namespace).filter(|ns| !ns.is_empty());
+    let api = scope::dynamic(ctx.client.clone(), &ctx.family.parent.ar, namespace);
     let Some(mut object) = bounded(api.get_opt(&at.name)).await? else { return Ok(None) };
     keep(parents, &mut object);
     Ok(Some(object))
@@ -151,7 +167,9 @@ async fn read(
 
 /// The driver's state across ticks.
 struct State {
+    /// The parents being reconciled or waiting for a slot.
     running: HashSet<String>,
+    waiting: std::collections::VecDeque<Waiting>,
     tasks: JoinSet<Finished>,
     slots: Arc<Semaphore>,
     /// For each parent (by uid) whose last reconcile went through: the fingerprint of its inputs then,
@@ -195,17 +213,17 @@ async fn reconcile(
     ctx: &Context,
     parents: &Cache<DynamicObject>,
     children: &Children,
-    parent: &ObjectMeta,
+    (at, version): (&Place, Option<&str>),
 ) -> Result<Done, ReconcileError> {
     let reading = |failed: Failed| ReconcileError {
-        object: place(parent).to_string(),
+        object: at.to_string(),
         action: "reading it".into(),
         message: failed.message(),
     };
     // Deleted since the list: nothing to do.
     let gone = Done { outcome: Outcome::Ignored, resync_after: None, wrote: false };
-    let Some(whole_parent) = read(ctx, parents, parent).await.map_err(reading)? else { return Ok(gone) };
-    ctx.reconcile(&whole_parent, observed(&children.owners, &children.caches, &place(parent))).await
+    let Some(whole_parent) = read(ctx, parents, at, version).await.map_err(reading)? else { return Ok(gone) };
+    ctx.reconcile(&whole_parent, observed(&children.owners, &children.caches, at)).await
 }
 
 impl Poll {
@@ -244,40 +262,49 @@ impl Poll {
         Ok(Children { caches, owners, listed: listed_rx, _followers: followers })
     }
 
-    /// The metadata of the parents. When few of them changed since they were read, only their metadata
-    /// is listed (the reconciles GET those few); when none is kept yet or many changed, they are listed
-    /// whole and kept.
-    async fn list_parents(&self, parents: &Cache<DynamicObject>) -> Result<Vec<ObjectMeta>, Failed> {
+    /// Lists the parents' metadata a page at a time and queues each parent whose inputs changed (or
+    /// whose resync is due) and that is neither running nor waiting. When none is kept yet or many
+    /// changed since they were read, they are then listed whole, a page at a time, into the cache, so
+    /// that their reconciles need no GET each. Returns how many parents there are.
+    async fn tick(&self, state: &mut State, once: bool) -> anyhow::Result<usize> {
+        let related = list_related(&self.ctx).await?;
         let api = self.parents_api();
         let lp = ListParams::default().labels(&self.ctx.parent_labels());
-        if !parents.is_empty() {
-            let metas = list_metadata(&api, lp.clone()).await?;
-            let changed = metas.iter().filter(|meta| !parents.holds(&place(meta), meta.resource_version.as_deref()));
-            if changed.count() <= GET_AT_MOST {
-                return Ok(metas);
+        let now = Instant::now();
+        let mut present: HashSet<String> = HashSet::new();
+        let mut listed: HashSet<Place> = HashSet::new();
+        let mut unread = 0;
+        let mut queued = 0;
+        let mut metadata = std::pin::pin!(pages(lp.clone().limit(METADATA_PAGE), |lp| {
+            let api = &api;
+            async move { bounded(api.list_metadata(&lp)).await }
+        }));
+        while let Some(page) = metadata.try_next().await? {
+            for item in page.items {
+                let mut parent = item.metadata;
+                parent.managed_fields = None;
+                let (uid, at) = (parent.uid.clone().unwrap_or_default(), place(&parent));
+                unread += usize::from(!state.parents.holds(&at, parent.resource_version.as_deref()));
+                present.insert(uid.clone());
+                listed.insert(at.clone());
+                if let Some(waiting) = self.due(state, &parent, uid, at, &related, (now, once)) {
+                    state.waiting.push_back(waiting);
+                    queued += 1;
+                }
             }
         }
-        let mut objects = list_all(&api, lp).await?;
-        Ok(objects
-            .iter_mut()
-            .map(|object| {
-                keep(parents, object);
-                std::mem::take(&mut object.metadata)
-            })
-            .collect())
-    }
-
-    /// Lists, and starts a reconcile for each parent whose inputs changed (or whose resync is due) and
-    /// that is neither running nor waiting. Returns how many parents there are.
-    async fn tick(&self, state: &mut State, once: bool) -> anyhow::Result<usize> {
-        let parents = self.list_parents(&state.parents).await?;
-        let listed: HashSet<Place> = parents.iter().map(place).collect();
         state.parents.retain(|at| listed.contains(at));
-        let related = list_related(&self.ctx).await?;
-
-        let now = Instant::now();
-        let count = parents.len();
-        let present: HashSet<String> = parents.iter().map(|meta| meta.uid.clone().unwrap_or_default()).collect();
+        if unread > GET_AT_MOST {
+            let mut objects = std::pin::pin!(pages(lp.limit(PAGE), |lp| {
+                let api = &api;
+                async move { bounded(api.list(&lp)).await }
+            }));
+            while let Some(page) = objects.try_next().await? {
+                for mut object in page.items {
+                    keep(&state.parents, &mut object);
+                }
+            }
+        }
         self.ctx.backoff.retain(&present);
         state.synced.retain(|uid, _| present.contains(uid));
         let departed: Vec<String> = state.known.difference(&present).cloned().collect();
@@ -290,53 +317,71 @@ impl Poll {
                 self.ctx.parent_gone(&uid);
             }
         }
-        let mut started = 0;
-        for parent in parents {
-            let uid = parent.uid.clone().unwrap_or_default();
-            if state.running.contains(&uid) {
-                continue;
-            }
-            let children = &state.children;
-            let inputs: Vec<(Child, u64)> = {
-                let owners = children.owners.lock().unwrap_or_else(|e| e.into_inner());
-                let mine = owners.children_of(&place(&parent));
-                mine.iter()
-                    .filter_map(|child| Some((child.clone(), children.caches[child.kind].version(&child.place)?)))
-                    .collect()
+        self.ctx.metrics.backlog.set(queued);
+        self.start(state);
+        Ok(listed.len())
+    }
+
+    /// The parent `parent` (at `at`, with `uid`) as a reconcile to queue, if it is due: its inputs
+    /// changed since its last good reconcile, or its resync is due, and it is neither running nor
+    /// waiting, nor in its failure backoff (unless it is being drained to another shard member, which it
+    /// lets go of at once).
+    fn due(
+        &self,
+        state: &mut State,
+        parent: &ObjectMeta,
+        uid: String,
+        at: Place,
+        related: &HashMap<String, Vec<ObjectMeta>>,
+        (now, once): (Instant, bool),
+    ) -> Option<Waiting> {
+        if state.running.contains(&uid) {
+            return None;
+        }
+        let children = &state.children;
+        let inputs: Vec<(Child, u64)> = {
+            let owners = children.owners.lock().unwrap_or_else(|e| e.into_inner());
+            let mine = owners.children_of(&at);
+            mine.iter()
+                .filter_map(|child| Some((child.clone(), children.caches[child.kind].version(&child.place)?)))
+                .collect()
+        };
+        let print =
+            fingerprint(parent, self.ctx.ignore_status_changes, &inputs, &self.ctx.related.versions_for(&uid, related));
+        if let Some((last, due)) = state.synced.get(&uid)
+            && *last == print
+            && now < *due
+        {
+            return None;
+        }
+        let drained = self.ctx.shard.as_ref().is_some_and(|member| member.drained_to(parent).is_some());
+        if !once && !drained && self.ctx.backoff.waiting(&uid, now) {
+            return None;
+        }
+        state.running.insert(uid.clone());
+        Some(Waiting { uid, place: at, version: parent.resource_version.clone(), print })
+    }
+
+    /// Starts reconciles of waiting parents while slots are free.
+    fn start(&self, state: &mut State) {
+        while state.slots.available_permits() > 0 {
+            let Some(Waiting { uid, place, version, print }) = state.waiting.pop_front() else { return };
+            let Ok(slot) = state.slots.clone().try_acquire_owned() else {
+                state.waiting.push_front(Waiting { uid, place, version, print });
+                return;
             };
-            let print = fingerprint(
-                &parent,
-                self.ctx.ignore_status_changes,
-                &inputs,
-                &self.ctx.related.versions_for(&uid, &related),
-            );
-            if let Some((last, due)) = state.synced.get(&uid)
-                && *last == print
-                && now < *due
-            {
-                continue;
-            }
-            // A parent being moved to another shard member is let go of at once, whatever its backoff.
-            let drained = self.ctx.shard.as_ref().is_some_and(|member| member.drained_to(&parent).is_some());
-            if !once && !drained && self.ctx.backoff.waiting(&uid, now) {
-                continue;
-            }
-            state.running.insert(uid.clone());
-            started += 1;
-            let (ctx, slots) = (self.ctx.clone(), state.slots.clone());
-            let (parents, children) = (state.parents.clone(), state.children.clone());
+            let (ctx, parents, children) = (self.ctx.clone(), state.parents.clone(), state.children.clone());
             state.tasks.spawn(async move {
-                let _slot = slots.acquire_owned().await.expect("the semaphore is never closed");
-                let result = reconcile(&ctx, &parents, &children, &parent).await;
-                (uid, place(&parent), print, result)
+                let _slot = slot;
+                let result = reconcile(&ctx, &parents, &children, (&place, version.as_deref())).await;
+                (uid, place, print, result)
             });
         }
-        self.ctx.metrics.backlog.set(started);
-        Ok(count)
     }
 
     fn finished(&self, state: &mut State, (uid, place, print, result): Finished, once: bool) {
         state.running.remove(&uid);
+        self.start(state);
         // Only a reconcile that wrote nothing says that these inputs are what the parent wants: after a
         // write, the same inputs can come back (a child created, then deleted by someone else) and must
         // be looked at again.
@@ -396,6 +441,7 @@ impl Poll {
         }
         let mut state = State {
             running: HashSet::new(),
+            waiting: std::collections::VecDeque::new(),
             tasks: JoinSet::new(),
             slots: Arc::new(Semaphore::new(self.concurrency.max(1))),
             synced: HashMap::new(),
@@ -417,6 +463,7 @@ impl Poll {
             }
             match tick {
                 Ok(parents) if once => {
+                    // Each finished reconcile starts the next waiting one.
                     while let Some(done) = state.tasks.join_next().await {
                         self.finished(&mut state, done?, true);
                     }
@@ -439,7 +486,9 @@ impl Poll {
                     // The guard wait_for returns must not live across the awaits below (the driver runs
                     // on a spawned task for --from-cluster).
                     () = async { drop(stop.wait_for(|stopped| *stopped).await) } => {
-                        // Reconciles already running finish (each is bounded by its own timeout).
+                        // Reconciles already running finish (each is bounded by its own timeout); none
+                        // waiting starts.
+                        state.waiting.clear();
                         while let Some(done) = state.tasks.join_next().await {
                             self.finished(&mut state, done?, false);
                         }
