@@ -194,11 +194,16 @@ fn a_write_held_past_the_lease_and_let_through_is_refused() {
         eventually(PATIENCE, "every Sample Ready", || converged(&ns.0, |_| "v1".into(), 12));
         let direct = member(&ns.0, "direct");
         let direct_id = joined(&direct, "direct");
-        // The ring gives about half to the new member; one left on the member behind the proxy is the target.
+        // The ring gives about half to the new member; one left on the member behind the proxy is the
+        // target. Shared out once the new member holds some and none is being drained: the coordinator
+        // drains every Sample that moves in one pass, so none is about to move after that.
         let target = eventually(PATIENCE, "the Samples shared out", || {
             all_on(&ns.0, &[&cut_id, &direct_id])?;
             converged(&ns.0, |_| "v1".into(), 12)?;
             let (members, _) = labels(&ns.0);
+            if !members.values().any(|m| *m == direct_id) {
+                return Err(format!("nothing moved yet: {members:?}"));
+            }
             members.iter().find(|(_, m)| **m == cut_id).map(|(s, _)| s.clone()).ok_or_else(|| format!("{members:?}"))
         });
 
