@@ -15,13 +15,14 @@
 //!
 //! Memory stays bounded by the parents kept, not by a tick: lists are taken a page at a time (whole
 //! objects go into the cache as their page comes, metadata is looked at and dropped), and the parents
-//! to reconcile wait in a queue of small entries (uid, place, version) for a free slot, rather than each
-//! as a task holding its metadata. A parent no longer listed (deleted, or moved to another shard member)
+//! to reconcile wait in a queue of small entries (uid, place, version) that `--concurrency` workers take
+//! from, rather than each as a task holding its metadata. The workers go on while a tick lists. A parent no longer listed (deleted, or moved to another shard member)
 //! is forgotten by every store.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::watcher;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -95,8 +96,8 @@ async fn list_metadata(api: &Api<DynamicObject>, lp: ListParams) -> Result<Vec<O
 /// from.
 type Finished = (String, Place, u64, Result<Done, ReconcileError>);
 
-/// A parent waiting for a free slot: all a reconcile needs to find it (whole, in the cache or with a
-/// GET), and the fingerprint of the inputs it was queued for.
+/// A parent waiting for a worker: all a reconcile needs to find it (whole, in the cache or with a GET),
+/// and the fingerprint of the inputs it was queued for.
 struct Waiting {
     uid: String,
     place: Place,
@@ -167,11 +168,9 @@ async fn read(
 
 /// The driver's state across ticks.
 struct State {
-    /// The parents being reconciled or waiting for a slot.
+    /// The parents being reconciled or waiting for a worker.
     running: HashSet<String>,
-    waiting: std::collections::VecDeque<Waiting>,
-    tasks: JoinSet<Finished>,
-    slots: Arc<Semaphore>,
+    workers: Workers,
     /// For each parent (by uid) whose last reconcile went through: the fingerprint of its inputs then,
     /// and when it is due again regardless.
     synced: HashMap<String, (u64, Instant)>,
@@ -288,7 +287,7 @@ impl Poll {
                 present.insert(uid.clone());
                 listed.insert(at.clone());
                 if let Some(waiting) = self.due(state, &parent, uid, at, &related, (now, once)) {
-                    state.waiting.push_back(waiting);
+                    state.workers.queue(waiting);
                     queued += 1;
                 }
             }
@@ -318,7 +317,6 @@ impl Poll {
             }
         }
         self.ctx.metrics.backlog.set(queued);
-        self.start(state);
         Ok(listed.len())
     }
 
@@ -362,26 +360,8 @@ impl Poll {
         Some(Waiting { uid, place: at, version: parent.resource_version.clone(), print })
     }
 
-    /// Starts reconciles of waiting parents while slots are free.
-    fn start(&self, state: &mut State) {
-        while state.slots.available_permits() > 0 {
-            let Some(Waiting { uid, place, version, print }) = state.waiting.pop_front() else { return };
-            let Ok(slot) = state.slots.clone().try_acquire_owned() else {
-                state.waiting.push_front(Waiting { uid, place, version, print });
-                return;
-            };
-            let (ctx, parents, children) = (self.ctx.clone(), state.parents.clone(), state.children.clone());
-            state.tasks.spawn(async move {
-                let _slot = slot;
-                let result = reconcile(&ctx, &parents, &children, (&place, version.as_deref())).await;
-                (uid, place, print, result)
-            });
-        }
-    }
-
     fn finished(&self, state: &mut State, (uid, place, print, result): Finished, once: bool) {
         state.running.remove(&uid);
-        self.start(state);
         // Only a reconcile that wrote nothing says that these inputs are what the parent wants: after a
         // write, the same inputs can come back (a child created, then deleted by someone else) and must
         // be looked at again.
@@ -439,13 +419,13 @@ impl Poll {
             _ = listed.wait_for(|listed| listed.iter().all(|l| *l)) => {}
             () = async { drop(stop.wait_for(|stopped| *stopped).await) } => return Ok(None),
         }
+        let parents = Cache::default();
+        let workers = Workers::start(self.concurrency.max(1), &self.ctx, &parents, &children);
         let mut state = State {
             running: HashSet::new(),
-            waiting: std::collections::VecDeque::new(),
-            tasks: JoinSet::new(),
-            slots: Arc::new(Semaphore::new(self.concurrency.max(1))),
+            workers,
             synced: HashMap::new(),
-            parents: Cache::default(),
+            parents,
             children,
             not_ready: Vec::new(),
             known: HashSet::new(),
@@ -463,10 +443,11 @@ impl Poll {
             }
             match tick {
                 Ok(parents) if once => {
-                    // Each finished reconcile starts the next waiting one.
-                    while let Some(done) = state.tasks.join_next().await {
-                        self.finished(&mut state, done?, true);
+                    state.workers.close(false);
+                    while let Some(done) = state.workers.finished().await {
+                        self.finished(&mut state, done, true);
                     }
+                    state.workers.check().await?;
                     return Ok(Some(Pass { parents, not_ready: std::mem::take(&mut state.not_ready) }));
                 }
                 Ok(parents) => tracing::debug!(parents, running = state.running.len(), "tick done"),
@@ -482,20 +463,84 @@ impl Poll {
             loop {
                 tokio::select! {
                     () = &mut next => break,
-                    Some(done) = state.tasks.join_next() => self.finished(&mut state, done?, false),
+                    Some(done) = state.workers.finished() => self.finished(&mut state, done, false),
                     // The guard wait_for returns must not live across the awaits below (the driver runs
                     // on a spawned task for --from-cluster).
                     () = async { drop(stop.wait_for(|stopped| *stopped).await) } => {
                         // Reconciles already running finish (each is bounded by its own timeout); none
                         // waiting starts.
-                        state.waiting.clear();
-                        while let Some(done) = state.tasks.join_next().await {
-                            self.finished(&mut state, done?, false);
+                        state.workers.close(true);
+                        while let Some(done) = state.workers.finished().await {
+                            self.finished(&mut state, done, false);
                         }
+                        state.workers.check().await?;
                         return Ok(None);
                     }
                 }
             }
         }
+    }
+}
+
+/// The workers that reconcile the parents the ticks queue, `--concurrency` of them, each taking the next
+/// waiting parent when it is done with one, whatever the tick is doing.
+struct Workers {
+    queue: Option<mpsc::UnboundedSender<Waiting>>,
+    results: mpsc::UnboundedReceiver<Finished>,
+    /// Once stopping, the parents still waiting are dropped rather than reconciled.
+    stopping: Arc<AtomicBool>,
+    tasks: JoinSet<()>,
+}
+
+impl Workers {
+    fn start(count: usize, ctx: &Arc<Context>, parents: &Cache<DynamicObject>, children: &Arc<Children>) -> Self {
+        let (queue, waiting) = mpsc::unbounded_channel::<Waiting>();
+        let (done, results) = mpsc::unbounded_channel();
+        let waiting = Arc::new(tokio::sync::Mutex::new(waiting));
+        let stopping = Arc::new(AtomicBool::new(false));
+        let mut tasks = JoinSet::new();
+        for _ in 0..count {
+            let (waiting, done, stopping) = (waiting.clone(), done.clone(), stopping.clone());
+            let (ctx, parents, children) = (ctx.clone(), parents.clone(), children.clone());
+            tasks.spawn(async move {
+                loop {
+                    let next = waiting.lock().await.recv().await;
+                    let Some(Waiting { uid, place, version, print }) = next else { return };
+                    if stopping.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    let result = reconcile(&ctx, &parents, &children, (&place, version.as_deref())).await;
+                    if done.send((uid, place, print, result)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Workers { queue: Some(queue), results, stopping, tasks }
+    }
+
+    fn queue(&self, waiting: Waiting) {
+        if let Some(queue) = &self.queue {
+            let _ = queue.send(waiting);
+        }
+    }
+
+    /// No more parents are queued; with `drop_waiting`, the ones waiting are not reconciled either.
+    fn close(&mut self, drop_waiting: bool) {
+        self.stopping.store(drop_waiting, Ordering::Relaxed);
+        self.queue = None;
+    }
+
+    /// The next reconcile that ended; `None` once the workers have stopped (after `close`).
+    async fn finished(&mut self) -> Option<Finished> {
+        self.results.recv().await
+    }
+
+    /// Waits for the workers to end, and says if one of them failed.
+    async fn check(&mut self) -> anyhow::Result<()> {
+        while let Some(ended) = self.tasks.join_next().await {
+            ended?;
+        }
+        Ok(())
     }
 }
