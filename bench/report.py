@@ -518,7 +518,8 @@ def scale_section(results, w, verdicts, out):
       "peak is VmHWM from just before the restart. Nothing lost: every Sample Ready and its ConfigMap "
       "holding its testString, read at the end. The bench's own watch and clients share the 2 cores. The poll "
       "driver (`reconcile`, a tick a second, concurrency 8) is measured the same way by `--only scale_poll`; it "
-      "has no log line for listed and start-up, and its relist is 20 s after the restart."
+      "has no log line for listed and start-up, its relist is 20 s after the restart, and it is never quiet (it "
+      "lists every parent's metadata each second), so it is given 20 s where the others are waited on to go quiet."
       f"{measured_on(results, 'scale')}{measured_on(results, 'scale_poll')}\n")
     w("| Samples | controller | converge s | RSS converged MiB | RSS fresh start MiB | relist: before / peak MiB "
       "| listed s | start-up s | quiet s | writes at start-up | new Sample Ready: while listing (max) / during "
