@@ -273,7 +273,8 @@ impl Poll {
         let mut present: HashSet<String> = HashSet::new();
         let mut listed: HashSet<Place> = HashSet::new();
         let mut unread = 0;
-        let mut queued = 0;
+        // Queued once the parents are kept whole (below), so that no worker GETs one the list brings.
+        let mut due = Vec::new();
         let mut metadata = std::pin::pin!(pages(lp.clone().limit(METADATA_PAGE), |lp| {
             let api = &api;
             async move { bounded(api.list_metadata(&lp)).await }
@@ -286,10 +287,7 @@ impl Poll {
                 unread += usize::from(!state.parents.holds(&at, parent.resource_version.as_deref()));
                 present.insert(uid.clone());
                 listed.insert(at.clone());
-                if let Some(waiting) = self.due(state, &parent, uid, at, &related, (now, once)) {
-                    state.workers.queue(waiting);
-                    queued += 1;
-                }
+                due.extend(self.due(state, &parent, uid, at, &related, (now, once)));
             }
         }
         state.parents.retain(|at| listed.contains(at));
@@ -316,7 +314,8 @@ impl Poll {
                 self.ctx.parent_gone(&uid);
             }
         }
-        self.ctx.metrics.backlog.set(queued);
+        self.ctx.metrics.backlog.set(due.len() as i64);
+        due.into_iter().for_each(|waiting| state.workers.queue(waiting));
         Ok(listed.len())
     }
 

@@ -29,12 +29,16 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(600);
 impl Context {
     /// `children` with every child of `parent` labelled with its uid added, the first time this process
     /// reconciles it and every [`SWEEP_EVERY`] after (`swept` says when it last did, once a reconcile
-    /// went through).
-    pub(super) async fn take_in(&self, parent: &DynamicObject, children: Observed) -> Result<Observed, ReconcileError> {
+    /// went through); and whether it looked.
+    pub(super) async fn take_in(
+        &self,
+        parent: &DynamicObject,
+        children: Observed,
+    ) -> Result<(Observed, bool), ReconcileError> {
         let parent_uid = uid(parent);
         let swept = self.swept.lock().unwrap_or_else(|e| e.into_inner()).get(&parent_uid).copied();
         if self.shard.is_none() || swept.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
-            return Ok(children);
+            return Ok((children, false));
         }
         let mut children = children;
         let selector = format!("{},{PARENT_LABEL}={parent_uid}", managed_selector());
@@ -57,19 +61,13 @@ impl Context {
                 children.entry(place).or_insert(found);
             }
         }
-        Ok(children)
+        Ok((children, true))
     }
 
-    /// A reconcile of `parent` went through: if it looked for all its children, they are known now.
+    /// A reconcile of `parent` that looked for all its children (`take_in`), started at `since`, went
+    /// through: they are all known now.
     pub(super) fn taken_in(&self, parent: &DynamicObject, since: Instant) {
-        if self.shard.is_some() {
-            let mut swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
-            let at = swept.entry(uid(parent)).or_insert(since);
-            // Only a reconcile that swept moves the time on: one that did not started after it.
-            if since.duration_since(*at) >= SWEEP_EVERY {
-                *at = since;
-            }
-        }
+        self.swept.lock().unwrap_or_else(|e| e.into_inner()).insert(uid(parent), since);
     }
 
     pub(super) async fn hand_over(

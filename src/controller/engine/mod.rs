@@ -317,8 +317,10 @@ impl Context {
         let started = std::time::Instant::now();
         self.metrics.in_flight.inc();
         let deadline = RECONCILE_TIMEOUT + self.sync.timeout();
+        let looked = AtomicBool::new(false);
         let reconcile = async {
-            let children = self.take_in(parent, children).await?;
+            let (children, all) = self.take_in(parent, children).await?;
+            looked.store(all, Ordering::Relaxed);
             self.reconcile_once(parent, children).await
         };
         let result = match tokio::time::timeout(deadline, reconcile).await {
@@ -330,7 +332,7 @@ impl Context {
             }),
         };
         self.metrics.in_flight.dec();
-        if result.is_ok() {
+        if result.is_ok() && looked.load(Ordering::Relaxed) {
             self.taken_in(parent, started);
         }
         let label = match &result {

@@ -182,9 +182,8 @@ impl Members {
         }
         self.listed = self.listed.max(Some(sent));
         // An incarnation ended long ago would be judged gone by the rule for the never seen anyway.
-        let started = self.started;
         let forget = self.lease_duration * FORGET_AFTER_LEASES;
-        self.ended.retain(|_, at| now.duration_since(*at) < forget || now.duration_since(started) <= forget);
+        self.ended.retain(|_, at| now.duration_since(*at) < forget);
     }
 
     /// When the latest list taken in was sent.
