@@ -10,6 +10,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 use tower::util::{MapRequestLayer, MapResponseLayer};
 
+use super::deadline::{ANSWER_LIMIT, DeadlineLayer};
 use super::requests::{LastAnswer, RequestCounter};
 use crate::error::join_causes;
 
@@ -113,6 +114,7 @@ impl Connection {
                 warnings.record(&res);
                 res
             }))
+            .with_layer(&DeadlineLayer { limit: ANSWER_LIMIT })
             .build();
         Ok(Self { client, default_namespace, requests, answered })
     }

@@ -5,6 +5,7 @@
 
 pub mod changes;
 pub mod client;
+pub mod deadline;
 pub mod read;
 pub mod requests;
 pub mod resolve;

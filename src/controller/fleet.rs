@@ -20,10 +20,9 @@ use super::define::api::{API_VERSION, COMPOSITE, DECORATOR};
 use super::define::from_object;
 use super::define::load::{Object, from_value};
 use super::drive::watch::hub::Hub;
-use super::engine::{Context, Definition};
-use super::reconciling::{Driving, Reconciling, Writer};
-use super::serve::health::Health;
-use super::serve::metrics::Metrics;
+use super::engine::{Context, Definition, Writer};
+use super::reconciling::{Driving, Reconciling};
+use super::serve::Serving;
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
 
@@ -55,8 +54,7 @@ struct Running {
 struct State<'a> {
     conn: &'a Connection,
     fleet: &'a Fleet,
-    metrics: &'a Arc<Metrics>,
-    health: &'a Arc<Health>,
+    serving: &'a Serving,
     /// One set of watches for every controller object run.
     hub: Arc<Hub>,
     running: HashMap<Key, Running>,
@@ -89,10 +87,11 @@ impl State<'_> {
                     self.fleet.namespace.as_deref(),
                     self.fleet.driving,
                     &self.fleet.writer,
-                    (self.metrics, self.health, &self.hub),
+                    self.serving,
+                    &self.hub,
                 );
                 let contexts: Vec<Arc<Context>> = reconciling.controllers.iter().map(|(c, _)| c.clone()).collect();
-                self.health.expect_more(contexts.len());
+                self.serving.health.expect_more(contexts.len());
                 let task = tokio::spawn(reconciling.run(stopped));
                 self.running.insert(key, Running { version: now, stop, task, contexts });
             }
@@ -109,10 +108,9 @@ impl State<'_> {
         let definitions = from_object(self.conn, &parsed).await?;
         if let Object::Composite(_) = parsed {
             let parent = &definitions[0].family.parent;
-            let taken = self
-                .running
-                .iter()
-                .find(|((k, _), r)| *k == COMPOSITE && r.contexts.iter().any(|c| same_type(&c.family.parent, parent)));
+            let taken = self.running.iter().find(|((k, _), r)| {
+                *k == COMPOSITE && r.contexts.iter().any(|c| same_type(&c.definition.family.parent, parent))
+            });
             if let Some(((_, other), _)) = taken {
                 bail!(
                     "cannot run {kind} {:?}: CompositeController {other:?} already reconciles {}; each parent type \
@@ -166,15 +164,10 @@ impl Fleet {
     }
 
     /// Runs the cluster's controller objects until `stop`; with `--once`, each parent of each once.
-    pub async fn run(
-        self,
-        conn: &Connection,
-        (metrics, health): (&Arc<Metrics>, &Arc<Health>),
-        mut stop: watch::Receiver<bool>,
-    ) -> Result<()> {
+    pub async fn run(self, conn: &Connection, serving: &Serving, mut stop: watch::Receiver<bool>) -> Result<()> {
         let apis = self.apis(conn).await?;
         if self.driving.once {
-            return self.once(conn, &apis, (metrics, health), stop).await;
+            return self.once(conn, &apis, serving, stop).await;
         }
         let config = match &self.selector {
             Some(selector) => watcher::Config::default().labels(selector),
@@ -183,9 +176,8 @@ impl Fleet {
         let streams = apis
             .map(|(kind, api)| watcher(api, config.clone()).default_backoff().map(move |event| (kind, event)).boxed());
         let mut events = futures::stream::select_all(streams);
-        let hub = Arc::new(Hub::new(conn.client.clone(), health.clone()));
-        let mut state =
-            State { conn, fleet: &self, metrics, health, hub, running: HashMap::new(), failed: HashMap::new() };
+        let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
+        let mut state = State { conn, fleet: &self, serving, hub, running: HashMap::new(), failed: HashMap::new() };
         let mut listing: HashMap<&'static str, HashSet<String>> = HashMap::new();
         let mut listed: HashSet<&'static str> = HashSet::new();
         let mut retry = tokio::time::interval(RETRY);
@@ -226,7 +218,7 @@ impl Fleet {
                         }
                         // /readyz: both kinds listed, and (counted as each starts) every controller synced.
                         if listed.insert(kind) && listed.len() == 2 {
-                            health.synced();
+                            serving.health.synced();
                         }
                     }
                     Ok(watcher::Event::Apply(object)) => state.upsert(kind, object).await,
@@ -254,7 +246,7 @@ impl Fleet {
         &self,
         conn: &Connection,
         apis: &[(&'static str, Api<DynamicObject>); 2],
-        (metrics, health): (&Arc<Metrics>, &Arc<Health>),
+        serving: &Serving,
         stop: watch::Receiver<bool>,
     ) -> Result<()> {
         let mut params = ListParams::default();
@@ -276,11 +268,10 @@ impl Fleet {
                 }
             }
         }
-        health.expect(definitions.len());
-        let hub = Arc::new(Hub::new(conn.client.clone(), health.clone()));
-        let shared = (metrics, health, &hub);
+        serving.health.expect(definitions.len());
+        let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
         let reconciling =
-            Reconciling::new(conn, definitions, self.namespace.as_deref(), self.driving, &self.writer, shared);
+            Reconciling::new(conn, definitions, self.namespace.as_deref(), self.driving, &self.writer, serving, &hub);
         if let Err(err) = reconciling.run(stop).await {
             problems.push(format!("{err:#}"));
         }

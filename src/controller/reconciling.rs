@@ -11,11 +11,8 @@ use tokio::sync::watch;
 use super::drive::poll::Poll;
 use super::drive::watch::Watch;
 use super::drive::watch::hub::Hub;
-use super::engine::fence::Fence;
-use super::engine::{Context, Definition};
-use super::rules::shard::Member;
-use super::serve::health::Health;
-use super::serve::metrics::Metrics;
+use super::engine::{Context, Definition, Writer};
+use super::serve::Serving;
 use super::settings::Driver;
 use super::sync::{Shape, Syncer};
 use crate::cluster::client::Connection;
@@ -41,14 +38,6 @@ impl Driving {
     }
 }
 
-/// Who this process writes as: its shard member (only the parents labelled for it are its), and the
-/// fence its Lease keeps (the default one, never closed, without leader election or a ring).
-#[derive(Debug, Clone, Default)]
-pub struct Writer {
-    pub member: Option<Member>,
-    pub fence: Fence,
-}
-
 /// The controllers, each with the namespace it reconciles, and how they are driven.
 pub struct Reconciling {
     pub controllers: Vec<(Arc<Context>, Option<String>)>,
@@ -67,7 +56,8 @@ impl Reconciling {
         namespace: Option<&str>,
         driving: Driving,
         writer: &Writer,
-        (metrics, health, hub): (&Arc<Metrics>, &Arc<Health>, &Arc<Hub>),
+        serving: &Serving,
+        hub: &Arc<Hub>,
     ) -> Self {
         let driver_name = driving.name();
         let mut controllers = Vec::new();
@@ -81,10 +71,7 @@ impl Reconciling {
                 "reconciling {} in {scope} ({driver_name} driver)",
                 describe(&definition)
             );
-            let mut ctx = Context::new(conn.client.clone(), definition, metrics.clone(), health.clone());
-            ctx.shard = writer.member.clone();
-            ctx.fence = writer.fence.clone();
-            let ctx = Arc::new(ctx);
+            let ctx = Arc::new(Context::new(conn.client.clone(), definition, writer.clone(), serving));
             controllers.push((ctx, namespace));
         }
         Reconciling { controllers, driving, hub: hub.clone() }
@@ -99,12 +86,12 @@ impl Reconciling {
             async move {
                 let not_ready = match driver {
                     Driver::Watch { resync } => {
-                        let resync = ctx.resync.unwrap_or(resync);
+                        let resync = ctx.definition.resync.unwrap_or(resync);
                         let watch = Watch { ctx: ctx.clone(), hub, namespace, concurrency, resync };
                         watch.run(once, stop).await.map_err(anyhow::Error::from)
                     }
                     Driver::Poll { interval, resync } => {
-                        let (concurrency, resync) = (usize::from(concurrency), ctx.resync.unwrap_or(resync));
+                        let (concurrency, resync) = (usize::from(concurrency), ctx.definition.resync.unwrap_or(resync));
                         let poll = Poll { ctx: ctx.clone(), hub, namespace, interval, concurrency, resync };
                         poll.run(once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
                     }
@@ -112,7 +99,7 @@ impl Reconciling {
                 ctx.flush_events().await;
                 not_ready.map(|parents| match parents {
                     Some(parents) if !parents.is_empty() => {
-                        Some(not_ready_message(&ctx.family.parent.ar.kind, &parents))
+                        Some(not_ready_message(&ctx.definition.family.parent.ar.kind, &parents))
                     }
                     _ => None,
                 })

@@ -15,14 +15,15 @@ use super::define;
 use super::drive::observe;
 use super::drive::watch::hub::Hub;
 use super::engine::fence::Fence;
+use super::engine::{Definition, Writer};
 use super::fleet::Fleet;
 use super::leader::{Candidate, Election};
-use super::reconciling::{Driving, Reconciling, Writer};
+use super::reconciling::{Driving, Reconciling};
 use super::rules::shard::RING_LABEL;
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
 use super::serve::metrics_access::MetricsAccess;
-use super::serve::{Secure, serve_health, serve_metrics, tls};
+use super::serve::{Secure, Serving, serve_health, serve_metrics, tls};
 use super::settings::{Driver, Serve, Settings, Sharding, Source};
 use super::shard::coordinator::{Coordinator, Members};
 use crate::cluster::client::Connection;
@@ -35,85 +36,90 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     let Settings { source, namespace, driver, concurrency, once, election, sharding, serve, shutdown_timeout } =
         settings;
     let driving = Driving { driver, concurrency, once };
-    let driver_name = driving.name();
     // Everything is resolved and checked before anything is served or written.
-    let definitions = match source {
+    let plan = match source {
         Source::Cluster { selector } => {
             let writer = Writer { member: None, fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default() };
-            let fleet = Fleet { selector, namespace, driving, writer };
-            let (metrics, health) = start_serving(conn, &serve).await?;
-            let stop = stop_on_signal();
-            let work = Work::Fleet(fleet);
-            let result = lead_or_run(conn, election, work, (metrics, health), stop, shutdown_timeout).await;
-            tracing::info!("requests sent: {}", conn.requests.snapshot());
-            return result;
+            Plan::Fleet(Fleet { selector, namespace: namespace.clone(), driving, writer })
         }
-        Source::Manifests(paths) => define::from_manifests(conn, &paths).await?,
+        Source::Manifests(paths) => Plan::Fixed(define::from_manifests(conn, &paths).await?),
         Source::Flags { gvr, hook } => {
             let resolved = resolve_parent(conn, &gvr).await?;
             match hook {
-                Some(hook) => vec![define::hooked(conn, resolved, &hook).await?],
-                None if serves_samples(&gvr) => vec![define::built_in(resolved)],
+                Some(hook) => Plan::Fixed(vec![define::hooked(conn, resolved, &hook).await?]),
+                None if serves_samples(&gvr) => Plan::Fixed(vec![define::built_in(resolved)]),
                 None if sharding.is_some() => {
                     bail!("--shard-ring shares a controller's parents; {} have no controller here", gvr.resource)
                 }
                 None => {
-                    let (_, health) = start_serving(conn, &serve).await?;
-                    let stop = stop_on_signal();
-                    let namespace = namespace.filter(|_| resolved.namespaced);
-                    let target = Target { resolved, namespace };
-                    let resource = target.resolved.qualified_plural();
-                    tracing::info!(
-                        driver = driver_name,
-                        resource,
-                        "observing {resource} ({driver_name} driver); nothing is written"
-                    );
-                    health.synced();
-                    let result = match driver {
-                        Driver::Watch { .. } => observe::watch(conn, target, stop).await,
-                        Driver::Poll { interval, .. } => observe::poll(conn, &target, interval, once, stop).await,
-                    };
-                    tracing::info!("requests sent: {}", conn.requests.snapshot());
-                    return result;
+                    Plan::Observe(Target { namespace: namespace.clone().filter(|_| resolved.namespaced), resolved })
                 }
             }
         }
     };
-    let (metrics, health) = start_serving(conn, &serve).await?;
-    health.expect(definitions.len());
+    let serving = start_serving(conn, &serve).await?;
     let stop = stop_on_signal();
-    let hub = Arc::new(Hub::new(conn.client.clone(), health.clone()));
-    let writer = match (&sharding, &election) {
-        (Some(sharding), _) => Writer { member: Some(sharding.member.clone()), fence: Fence::closed() },
-        (None, Some(election)) => Writer { member: None, fence: election.fence.clone() },
-        (None, None) => Writer::default(),
-    };
-    let reconciling =
-        Reconciling::new(conn, definitions, namespace.as_deref(), driving, &writer, (&metrics, &health, &hub));
-    let result = match sharding {
-        Some(sharding) => {
-            let serving = (&metrics, &health, &hub);
-            shard_then_reconcile(conn, (sharding, writer.fence), reconciling, serving, stop, shutdown_timeout).await
+    let result = match plan {
+        Plan::Observe(target) => observe(conn, target, driving, &serving, stop).await,
+        Plan::Fleet(fleet) => lead_or_run(conn, election, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await,
+        Plan::Fixed(definitions) => {
+            serving.health.expect(definitions.len());
+            let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
+            let writer = match (&sharding, &election) {
+                (Some(sharding), _) => Writer { member: Some(sharding.member.clone()), fence: Fence::closed() },
+                (None, Some(election)) => Writer { member: None, fence: election.fence.clone() },
+                (None, None) => Writer::default(),
+            };
+            let reconciling =
+                Reconciling::new(conn, definitions, namespace.as_deref(), driving, &writer, &serving, &hub);
+            match sharding {
+                Some(sharding) => {
+                    let member = Membership { sharding, fence: writer.fence, hub };
+                    shard_then_reconcile(conn, member, reconciling, &serving, stop, shutdown_timeout).await
+                }
+                None => lead_or_run(conn, election, Work::Fixed(reconciling), &serving, stop, shutdown_timeout).await,
+            }
         }
-        None => lead_or_run(conn, election, Work::Fixed(reconciling), (metrics, health), stop, shutdown_timeout).await,
     };
     tracing::info!("requests sent: {}", conn.requests.snapshot());
     result
 }
 
-/// What a process reconciles: controllers fixed at start, or the cluster's controller objects.
+/// What a process runs, decided before anything is served or written.
+enum Plan {
+    /// A resource with no sync: its changes reported, nothing written.
+    Observe(Target),
+    /// Controllers fixed at the start, from the flags or manifests.
+    Fixed(Vec<Definition>),
+    /// The cluster's controller objects.
+    Fleet(Fleet),
+}
+
+/// Observe mode: reports what changes in `target`, with either driver, and writes nothing.
+async fn observe(
+    conn: &Connection,
+    target: Target,
+    driving: Driving,
+    serving: &Serving,
+    stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let (driver_name, resource) = (driving.name(), target.resolved.qualified_plural());
+    tracing::info!(driver = driver_name, resource, "observing {resource} ({driver_name} driver); nothing is written");
+    serving.health.synced();
+    match driving.driver {
+        Driver::Watch { .. } => observe::watch(conn, target, stop).await,
+        Driver::Poll { interval, .. } => observe::poll(conn, &target, interval, driving.once, stop).await,
+    }
+}
+
+/// What controllers a process runs under an election: fixed at start, or the cluster's controller objects.
 enum Work {
     Fixed(Reconciling),
     Fleet(Fleet),
 }
 
 impl Work {
-    async fn run(
-        self,
-        conn: &Connection,
-        serving: (&Arc<Metrics>, &Arc<Health>),
-        stop: watch::Receiver<bool>,
-    ) -> Result<()> {
+    async fn run(self, conn: &Connection, serving: &Serving, stop: watch::Receiver<bool>) -> Result<()> {
         match self {
             Work::Fixed(reconciling) => reconciling.run(stop).await,
             Work::Fleet(fleet) => fleet.run(conn, serving, stop).await,
@@ -121,20 +127,28 @@ impl Work {
     }
 }
 
+/// A shard member's part: the ring's settings, the fence its Lease keeps, and the watches its
+/// controllers share (which the coordinator reads too).
+struct Membership {
+    sharding: Sharding,
+    fence: Fence,
+    hub: Arc<Hub>,
+}
+
 /// Runs `work`, under the leader election when one is asked for.
 async fn lead_or_run(
     conn: &Connection,
     election: Option<Election>,
     work: Work,
-    (metrics, health): (Arc<Metrics>, Arc<Health>),
+    serving: &Serving,
     stop: watch::Receiver<bool>,
     shutdown_timeout: Duration,
 ) -> Result<()> {
     match election {
-        Some(election) => lead_then_reconcile(conn, election, work, (&metrics, &health), stop, shutdown_timeout).await,
+        Some(election) => lead_then_reconcile(conn, election, work, serving, stop, shutdown_timeout).await,
         None => {
-            metrics.leader.set(1);
-            drain_within(work.run(conn, (&metrics, &health), stop.clone()), stop, shutdown_timeout).await
+            serving.metrics.leader.set(1);
+            drain_within(work.run(conn, serving, stop.clone()), stop, shutdown_timeout).await
         }
     }
 }
@@ -156,7 +170,7 @@ async fn resolve_parent(conn: &Connection, gvr: &Gvr) -> Result<Resolved> {
 }
 
 /// Starts `/healthz`, `/readyz` and `/metrics` where asked, and the `--stats` line.
-async fn start_serving(conn: &Connection, serve: &Serve) -> Result<(Arc<Metrics>, Arc<Health>)> {
+async fn start_serving(conn: &Connection, serve: &Serve) -> Result<Serving> {
     let metrics = Arc::new(Metrics::new(conn.requests.clone()));
     let health = Arc::new(Health::new(serve.patience, conn.answered.clone()));
     if let Some(addr) = serve.health {
@@ -184,7 +198,7 @@ async fn start_serving(conn: &Connection, serve: &Serve) -> Result<(Arc<Metrics>
             }
         });
     }
-    Ok((metrics, health))
+    Ok(Serving { metrics, health })
 }
 
 /// Turns true on SIGTERM or Ctrl-C.
@@ -246,10 +260,11 @@ async fn lead_then_reconcile(
     conn: &Connection,
     election: Election,
     work: Work,
-    (metrics, health): (&Arc<Metrics>, &Arc<Health>),
+    serving: &Serving,
     mut stop: watch::Receiver<bool>,
     shutdown_timeout: Duration,
 ) -> Result<()> {
+    let Serving { metrics, health } = serving;
     let (name, lease_namespace, identity) =
         (election.name.clone(), election.namespace.clone(), election.identity.clone());
     let mut candidate = election.start(conn.client.clone(), health.clone())?;
@@ -262,7 +277,7 @@ async fn lead_then_reconcile(
     tracing::info!("leading as {identity}");
 
     let mut leading = candidate.leading.clone();
-    let work = drain_within(work.run(conn, (metrics, health), stop.clone()), stop, shutdown_timeout);
+    let work = drain_within(work.run(conn, serving, stop.clone()), stop, shutdown_timeout);
     let result = tokio::select! {
         result = work => result,
         _ = leading.wait_for(|l| !*l) => {
@@ -282,12 +297,13 @@ async fn lead_then_reconcile(
 /// then the Lease is released, so that the coordinator moves this member's parents at once.
 async fn shard_then_reconcile(
     conn: &Connection,
-    (sharding, fence): (Sharding, Fence),
+    Membership { sharding, fence, hub }: Membership,
     reconciling: Reconciling,
-    (metrics, health, hub): (&Arc<Metrics>, &Arc<Health>, &Arc<Hub>),
+    serving: &Serving,
     mut stop: watch::Receiver<bool>,
     shutdown_timeout: Duration,
 ) -> Result<()> {
+    let Serving { metrics, health } = serving;
     let Sharding { member, lease_namespace, lease_duration, renew_deadline, retry_period } = sharding;
     // Both Leases are held as this incarnation, each with a fence of its own: the member's fences its
     // reconciles, the coordinator's its label writes.

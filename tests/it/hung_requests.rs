@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::support::hang::HangingProxy;
 use crate::support::{
-    Background, Namespace, create, eventually, kubectl, kubectl_json, sample, sample_ready, samplectl,
+    Background, Namespace, create, eventually, free_port, http_get, kubectl, kubectl_json, sample, sample_ready,
+    samplectl,
 };
 use serde_json::json;
 
@@ -151,4 +152,91 @@ fn a_configmap_deleted_while_its_watch_relists_is_recreated() {
     let log = controller.stderr();
     assert!(log.contains("the watch of ConfigMaps was cut"), "the relist is what happened:\n{log}");
     assert!(ready(&ns.0, "kept") && ready(&ns.0, "deleted"), "{log}");
+}
+
+/// `--from-cluster` lists the controller objects before it follows them: a list that never gets an
+/// answer ends at the client's deadline and is tried again, so the fleet comes up once the API server
+/// answers (it waited for good before).
+#[test]
+fn a_hung_list_of_controller_objects_is_tried_again() {
+    let _cluster = crate::support::shared();
+    samplectl(&["install-crd", "--metacontroller"]).success();
+    let ns = Namespace::new("hung-fleet");
+    let proxy = HangingProxy::start();
+    let list = "/compositecontrollers?";
+    proxy.hang_requests_containing(list);
+    let dir = tempfile::tempdir().unwrap();
+    let health = free_port();
+    let label = format!("samplectl-test={}", ns.0);
+    let fleet = proxy.samplectl(
+        dir.path(),
+        &[
+            "reconcile",
+            "--from-cluster",
+            "--target-label-selector",
+            &label,
+            "-n",
+            &ns.0,
+            "--watch",
+            "--health-addr",
+            &format!("127.0.0.1:{health}"),
+        ],
+    );
+    eventually(Duration::from_secs(20), "the list of CompositeControllers hangs", || {
+        match proxy.hung.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => Err(fleet.stderr()),
+            _ => Ok(()),
+        }
+    });
+    proxy.stop_hanging(list);
+    let hung_at = std::time::Instant::now();
+    eventually(Duration::from_secs(60), "/readyz ok once the list is answered", || match http_get(health, "/readyz") {
+        Some((200, body)) if body == "ok" => Ok(()),
+        other => Err(format!("{other:?}\n{}", fleet.stderr())),
+    });
+    let log = fleet.stderr();
+    assert!(log.contains("did not answer within 30s"), "the hung list ended at its deadline:\n{log}");
+    eprintln!("ready {:.1}s after the API server answered again", hung_at.elapsed().as_secs_f64());
+}
+
+/// `--metrics-secure` asks the API server who a scraper is: a review that never gets an answer ends at
+/// the client's deadline with a 500 that says so, rather than holding the scrape (and a task) for good,
+/// and the next scrape is decided once the API server answers.
+#[test]
+fn a_hung_access_review_does_not_hold_a_scrape() {
+    let _cluster = crate::support::shared();
+    samplectl(&["install-crd"]).success();
+    let ns = Namespace::new("hung-review");
+    let proxy = HangingProxy::start();
+    proxy.hang_requests_containing("/tokenreviews");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let controller = proxy.samplectl(
+        dir.path(),
+        &["reconcile", "-n", &ns.0, "--watch", "--metrics-addr", &format!("127.0.0.1:{port}"), "--metrics-secure"],
+    );
+    eventually(Duration::from_secs(20), "metrics served", || {
+        let log = controller.stderr();
+        if log.contains("metrics on https://") { Ok(()) } else { Err(log) }
+    });
+    let scrape = |token: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-sk", "--max-time", "90", "-w", "\n%{http_code}", "-H"])
+            .arg(format!("Authorization: Bearer {token}"))
+            .arg(format!("https://127.0.0.1:{port}/metrics"))
+            .output()
+            .expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').map(|(b, c)| (b.to_owned(), c.to_owned())).unwrap_or_default();
+        (code.trim().parse::<u16>().unwrap_or(0), body)
+    };
+    let started = std::time::Instant::now();
+    let (code, body) = scrape("a-token-nobody-can-check");
+    let waited = started.elapsed();
+    assert_eq!(code, 500, "{body}\n{}", controller.stderr());
+    assert!(body.contains("did not answer within 30s"), "{body}");
+    assert!(waited < Duration::from_secs(60), "answered after {waited:?}");
+    proxy.stop_hanging("/tokenreviews");
+    let (code, body) = scrape("another-token-nobody-knows");
+    assert_eq!((code, body.as_str()), (401, "Unauthorized"), "decided once the API server answers");
 }

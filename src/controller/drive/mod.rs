@@ -3,6 +3,7 @@
 //! for a resource with no sync at all: it reports changes and writes nothing. `changes` says what counts as a
 //! change of a parent for both, `place` is how both name objects in their indexes, `cache` how both keep
 //! objects small, and `owners` which cached children each parent controls (both follow children by watch).
+//! Both take the end of a reconcile the same way (`conclude`).
 
 pub mod cache;
 pub mod changes;
@@ -11,3 +12,37 @@ pub mod owners;
 pub mod place;
 pub mod poll;
 pub mod watch;
+
+use std::time::Duration;
+
+use crate::controller::engine::{Context, ReconcileError};
+use crate::controller::rules::next::{Again, Done, after};
+
+/// What a driver does after one reconcile, once the retry store has learnt of it.
+#[derive(Debug)]
+pub struct Concluded {
+    /// Look again after this long without a change (a retry, a sync's resync, a finalizer's recheck);
+    /// `None`: at the driver's resync.
+    pub again: Option<Duration>,
+    /// The inputs it was reconciled from need no new look before `again` (`rules::next::Next::settled`).
+    pub settled: bool,
+    /// Not Ready, and why (`--once` names it).
+    pub not_ready: Option<String>,
+}
+
+/// The end of a reconcile of the parent with `uid`, as both drivers take it: `rules::next` decides what
+/// follows, the retry store learns it (the only place a reconcile's end is counted), and a failure is
+/// logged with when it is tried again.
+pub fn conclude(ctx: &Context, uid: &str, result: &Result<Done, ReconcileError>) -> Concluded {
+    let next = after(result.as_ref().map_err(|err| format!("{}: {}", err.action, err.message)));
+    let delay = ctx.memory().learn(uid, next.retry);
+    if let (Err(err), Some(delay)) = (result, delay) {
+        tracing::warn!("{err}; retrying in {}s", delay.as_secs());
+    }
+    let again = match next.again {
+        Again::Resync(after) => after,
+        Again::After(after) => Some(after),
+        Again::Backoff => delay,
+    };
+    Concluded { again, settled: next.settled, not_ready: next.not_ready }
+}

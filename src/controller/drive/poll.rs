@@ -41,8 +41,10 @@ use crate::controller::drive::changes::parent_print;
 use crate::controller::drive::owners::{Child, Owners, observed, take_in};
 use crate::controller::drive::place::{Place, place};
 use crate::controller::drive::watch::hub::Hub;
+use crate::controller::drive::{Concluded, conclude};
 use crate::controller::engine::request::{Failed, bounded};
-use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
+use crate::controller::engine::{Context, ReconcileError};
+use crate::controller::rules::next::{Done, Outcome};
 
 pub struct Poll {
     pub ctx: Arc<Context>,
@@ -142,7 +144,7 @@ async fn follow(
             }
             watcher::Event::Init => continue,
         };
-        take_in(&owners, &ctx.family, kind, &object.metadata, deleted);
+        take_in(&owners, &ctx.definition.family, kind, &object.metadata, deleted);
     }
 }
 
@@ -160,7 +162,7 @@ async fn read(
         return Ok(Some(object));
     }
     let namespace = Some(&*at.namespace).filter(|ns| !ns.is_empty());
-    let api = scope::dynamic(ctx.client.clone(), &ctx.family.parent.ar, namespace);
+    let api = scope::dynamic(ctx.client().clone(), &ctx.definition.family.parent.ar, namespace);
     let Some(mut object) = bounded(api.get_opt(&at.name)).await? else { return Ok(None) };
     keep(parents, &mut object);
     Ok(Some(object))
@@ -196,11 +198,11 @@ fn fingerprint(parent: &ObjectMeta, ignore_status: bool, children: &[(Child, u64
 
 /// The metadata of every object of each related type in use, by type key (`Kind.apiVersion`).
 async fn list_related(ctx: &Context) -> Result<HashMap<String, Vec<ObjectMeta>>, Failed> {
-    let types = ctx.related.types().borrow().clone();
+    let types = ctx.memory().related().types().borrow().clone();
     let mut listed = HashMap::new();
     for resolved in types {
         let metas =
-            list_metadata(&scope::dynamic(ctx.client.clone(), &resolved.ar, None), ListParams::default()).await?;
+            list_metadata(&scope::dynamic(ctx.client().clone(), &resolved.ar, None), ListParams::default()).await?;
         listed.insert(format!("{}.{}", resolved.ar.kind, resolved.ar.api_version), metas);
     }
     Ok(listed)
@@ -227,29 +229,29 @@ async fn reconcile(
 
 impl Poll {
     fn parents_api(&self) -> Api<DynamicObject> {
-        scope::dynamic(self.ctx.client.clone(), &self.ctx.family.parent.ar, self.namespace.as_deref())
+        scope::dynamic(self.ctx.client().clone(), &self.ctx.definition.family.parent.ar, self.namespace.as_deref())
     }
 
     fn child_namespace(&self, kind: usize) -> Option<&str> {
-        let family = &self.ctx.family;
+        let family = &self.ctx.definition.family;
         self.namespace.as_deref().filter(|_| family.children[kind].namespaced && family.parent.namespaced)
     }
 
     /// The children, followed by the hub's watches; for `once`, listed once.
     async fn children(&self, once: bool) -> Result<Children, Failed> {
-        let kinds = self.ctx.family.children.len();
+        let kinds = self.ctx.definition.family.children.len();
         let owners = Arc::new(Mutex::new(Owners::default()));
         let (listed, listed_rx) = watch::channel(vec![once; kinds]);
         let mut followers = JoinSet::new();
         let mut caches = Vec::new();
         for kind in 0..kinds {
-            let ar = &self.ctx.family.children[kind].ar;
+            let ar = &self.ctx.definition.family.children[kind].ar;
             if once {
                 let cache = Cache::default();
-                let api = scope::dynamic(self.ctx.client.clone(), ar, self.child_namespace(kind));
+                let api = scope::dynamic(self.ctx.client().clone(), ar, self.child_namespace(kind));
                 for mut child in list_all(&api, ListParams::default().labels(&self.ctx.child_labels())).await? {
                     keep(&cache, &mut child);
-                    take_in(&owners, &self.ctx.family, kind, &child.metadata, false);
+                    take_in(&owners, &self.ctx.definition.family, kind, &child.metadata, false);
                 }
                 caches.push(cache);
             } else {
@@ -302,7 +304,7 @@ impl Poll {
                 }
             }
         }
-        self.ctx.backoff.retain(&present);
+        self.ctx.memory().retain(&present);
         state.synced.retain(|uid, _| present.contains(uid));
         let departed: Vec<String> = state.known.difference(&present).cloned().collect();
         state.known = present;
@@ -311,10 +313,10 @@ impl Poll {
             if state.running.contains(&uid) {
                 state.known.insert(uid);
             } else {
-                self.ctx.parent_gone(&uid);
+                self.ctx.memory().forget(&uid);
             }
         }
-        self.ctx.metrics.backlog.set(due.len() as i64);
+        self.ctx.metrics().backlog.set(due.len() as i64);
         due.into_iter().for_each(|waiting| state.workers.queue(waiting));
         Ok(listed.len())
     }
@@ -343,16 +345,20 @@ impl Poll {
                 .filter_map(|child| Some((child.clone(), children.caches[child.kind].version(&child.place)?)))
                 .collect()
         };
-        let print =
-            fingerprint(parent, self.ctx.ignore_status_changes, &inputs, &self.ctx.related.versions_for(&uid, related));
+        let print = fingerprint(
+            parent,
+            self.ctx.definition.ignore_status_changes,
+            &inputs,
+            &self.ctx.memory().related().versions_for(&uid, related),
+        );
         if let Some((last, due)) = state.synced.get(&uid)
             && *last == print
             && now < *due
         {
             return None;
         }
-        let drained = self.ctx.shard.as_ref().is_some_and(|member| member.drained_to(parent).is_some());
-        if !once && !drained && self.ctx.backoff.waiting(&uid, now) {
+        let drained = self.ctx.member().is_some_and(|member| member.drained_to(parent).is_some());
+        if !once && !drained && self.ctx.memory().waiting(&uid, now) {
             return None;
         }
         state.running.insert(uid.clone());
@@ -361,46 +367,14 @@ impl Poll {
 
     fn finished(&self, state: &mut State, (uid, place, print, result): Finished, once: bool) {
         state.running.remove(&uid);
-        // Only a reconcile that wrote nothing says that these inputs are what the parent wants: after a
-        // write, the same inputs can come back (a child created, then deleted by someone else) and must
-        // be looked at again.
-        let synced = |state: &mut State, resync_after: Option<Duration>, wrote: bool| {
-            if wrote {
-                state.synced.remove(&uid);
-            } else {
-                let due = Instant::now() + resync_after.map_or(self.resync, |after| after.min(self.resync));
+        let Concluded { again, settled, not_ready } = conclude(&self.ctx, &uid, &result);
+        match settled {
+            true => {
+                let due = Instant::now() + again.map_or(self.resync, |after| after.min(self.resync));
                 state.synced.insert(uid.clone(), (print, due));
             }
-        };
-        let not_ready = match result {
-            Ok(Done { outcome: Outcome::Ready | Outcome::Deleting | Outcome::Ignored, resync_after, wrote }) => {
-                self.ctx.backoff.clear(&uid);
-                synced(state, resync_after, wrote);
-                None
-            }
-            Ok(Done { outcome: Outcome::NotReady(reason), resync_after, wrote }) => {
-                self.ctx.backoff.clear(&uid);
-                synced(state, resync_after, wrote);
-                Some(reason)
-            }
-            Ok(Done { outcome: Outcome::Finalizing, resync_after, .. }) => {
-                self.ctx.backoff.clear(&uid);
-                let due = Instant::now() + resync_after.unwrap_or(FINALIZE_RECHECK);
-                state.synced.insert(uid.clone(), (0, due));
-                None
-            }
-            Ok(Done { outcome: Outcome::Conflict(reason), .. }) => {
-                self.ctx.backoff.conflicted(&uid);
-                state.synced.remove(&uid);
-                Some(reason)
-            }
-            Err(err) => {
-                let delay = self.ctx.backoff.failed(&uid);
-                tracing::warn!("{err}; retrying in {}s", delay.as_secs());
-                state.synced.remove(&uid);
-                Some(format!("{}: {}", err.action, err.message))
-            }
-        };
+            false => drop(state.synced.remove(&uid)),
+        }
         if let (true, Some(reason)) = (once, not_ready) {
             state.not_ready.push(format!("{place} ({reason})"));
         }
@@ -438,7 +412,7 @@ impl Poll {
             if let Err(err) = &tick
                 && err.downcast_ref::<Failed>().is_none_or(Failed::out_of_reach)
             {
-                self.ctx.health.unreachable();
+                self.ctx.health().unreachable();
             }
             match tick {
                 Ok(parents) if once => {
@@ -453,7 +427,7 @@ impl Poll {
                 Err(err) if once => return Err(err),
                 Err(err) => tracing::warn!(
                     "cannot list {} and their children: {}",
-                    self.ctx.family.parent.qualified_plural(),
+                    self.ctx.definition.family.parent.qualified_plural(),
                     crate::error::describe_any(&err)
                 ),
             }

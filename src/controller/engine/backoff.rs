@@ -71,18 +71,6 @@ impl Backoff {
         })
     }
 
-    /// A reconcile got through: its failures no longer count (a conflict it reports is counted apart).
-    pub fn recovered(&self, uid: &str) {
-        self.with(|entries| {
-            if let Some(entry) = entries.get_mut(uid) {
-                entry.failures = 0;
-                if entry.conflicts == 0 {
-                    entries.remove(uid);
-                }
-            }
-        })
-    }
-
     /// Nothing to wait for any more: the object is as it should be, or gone.
     pub fn clear(&self, uid: &str) {
         self.with(|entries| entries.remove(uid));
@@ -126,11 +114,9 @@ mod tests {
         // A conflict starts its own count; a failure after it starts the failures again from one.
         assert_eq!(store.conflicted("a"), Duration::from_secs(1));
         assert_eq!(store.conflicted("a"), Duration::from_secs(2));
-        store.recovered("a");
-        assert_eq!(store.conflicted("a"), Duration::from_secs(4), "a success that reports a conflict keeps the count");
+        assert_eq!(store.conflicted("a"), Duration::from_secs(4));
         assert_eq!(store.failed("a"), Duration::from_secs(1));
-        store.recovered("a");
-        assert!(!store.waiting("a", Instant::now()), "recovered from failures only: nothing left to wait for");
+        assert_eq!(store.conflicted("a"), Duration::from_secs(1), "a conflict after a failure counts from one");
         store.failed("b");
         store.retain(&HashSet::from(["a".to_owned()]));
         assert!(!store.waiting("b", Instant::now()));

@@ -43,7 +43,7 @@ impl Context {
 
     /// What is done to a child of type `kind` that differs from what its parent wants.
     fn update_of(&self, kind: usize) -> Update {
-        self.updates.get(kind).copied().unwrap_or_default()
+        self.definition.updates.get(kind).copied().unwrap_or_default()
     }
 
     /// Writes every desired child that differs from what the parent has, and deletes the children it
@@ -57,11 +57,11 @@ impl Context {
     ) -> Applied {
         let object = key(parent);
         let parent_uid = uid(parent);
-        let known_conflicts = self.conflicts.of(&parent_uid);
-        let adopt = self.adoption.and_then(|adoption| adoption.selector(parent));
+        let known_conflicts = self.memory.conflicts.of(&parent_uid);
+        let adopt = self.definition.adoption.and_then(|adoption| adoption.selector(parent));
         let mut applied = Applied::default();
         for (key, body) in desired {
-            let kind = self.family.children[key.kind].ar.kind.clone();
+            let kind = self.definition.family.children[key.kind].ar.kind.clone();
             let mut seen = children.get(key).cloned();
             // Last time someone else's object was in the way: read it rather than send a create bound to fail.
             if seen.is_none() && known_conflicts.contains(key) {
@@ -112,7 +112,7 @@ impl Context {
             if desired.contains_key(key) {
                 continue;
             }
-            let kind = self.family.children[key.kind].ar.kind.clone();
+            let kind = self.definition.family.children[key.kind].ar.kind.clone();
             match self.delete_child(&parent_uid, key, child).await {
                 Ok(true) => {
                     applied.wrote = true;
@@ -140,7 +140,7 @@ impl Context {
     ) -> Result<ChildOutcome, (String, Failed)> {
         let api = self.child_api(key.kind, &key.namespace);
         let parent_uid = uid(parent);
-        let kind = &self.family.children[key.kind].ar.kind;
+        let kind = &self.definition.family.children[key.kind].ar.kind;
         let mut seen = seen;
         let mut adopted = false;
         let attempts = if adopt.is_some() { 4 } else { 3 };
@@ -156,7 +156,7 @@ impl Context {
                     let existing = seen.as_ref().expect("an adoption is of an object");
                     // The ControllerRef rules: adopt only for a parent that is, read from the API server
                     // now rather than from a cache that may be behind, still there and not being deleted.
-                    let parent_kind = &self.family.parent.ar.kind;
+                    let parent_kind = &self.definition.family.parent.ar.kind;
                     if !self.still_there(parent).await.map_err(|f| (format!("reading its {parent_kind}"), f))? {
                         return Ok(ChildOutcome::Unchanged);
                     }
@@ -174,7 +174,7 @@ impl Context {
                 }
                 ChildAction::Conflict => {
                     let existing = seen.as_ref().expect("a conflict is with an object");
-                    let why = conflict_message(&existing.metadata, key, kind, parent, &self.family);
+                    let why = conflict_message(&existing.metadata, key, kind, parent, &self.definition.family);
                     return Ok(ChildOutcome::Conflict(why));
                 }
                 ChildAction::Create => {
@@ -247,7 +247,7 @@ impl Context {
                                 && matches!(failed.status(), Some(404 | 422)))) =>
                 {
                     if planned == ChildAction::Create {
-                        self.conflicts.note(&parent_uid, place(parent), key);
+                        self.memory.conflicts.note(&parent_uid, place(parent), key);
                     }
                     seen = bounded(api.get_opt(&key.name)).await.map_err(|f| (format!("reading its {kind}"), f))?;
                 }

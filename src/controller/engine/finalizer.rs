@@ -13,7 +13,7 @@ impl Context {
     /// with backoff, from a fresh read.
     pub(super) async fn add_finalizer(&self, parent: &DynamicObject) -> Result<DynamicObject, Failed> {
         let mut finalizers: Vec<String> = parent.metadata.finalizers.clone().unwrap_or_default();
-        finalizers.push(self.finalizer.name.clone());
+        finalizers.push(self.definition.finalizer.name.clone());
         let patch =
             json!({"metadata": {"resourceVersion": parent.metadata.resource_version, "finalizers": finalizers}});
         let name = parent.metadata.name.as_deref().unwrap_or_default();
@@ -27,7 +27,7 @@ impl Context {
     /// whatever else happened to the parent since (a status written a moment ago, other finalizers
     /// added), only this entry goes; if it moved, the patch fails and is retried from a fresh read.
     pub(super) async fn remove_finalizer(&self, parent: &DynamicObject) -> Result<(), Failed> {
-        let name = &self.finalizer.name;
+        let name = &self.definition.finalizer.name;
         let Some(at) = parent.metadata.finalizers.iter().flatten().position(|f| f == name) else {
             return Ok(());
         };
@@ -38,7 +38,7 @@ impl Context {
         ]))
         .expect("a well-formed JSON patch");
         // A shard member's test of its own label comes first: once the parent was moved, it is not its.
-        let patch = match &self.shard {
+        let patch = match &self.writer.member {
             Some(member) => guarded(Patch::Json(patch), member, ""),
             None => Patch::Json(patch),
         };

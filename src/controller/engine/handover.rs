@@ -36,14 +36,14 @@ impl Context {
         children: Observed,
     ) -> Result<(Observed, bool), ReconcileError> {
         let parent_uid = uid(parent);
-        let swept = self.swept.lock().unwrap_or_else(|e| e.into_inner()).get(&parent_uid).copied();
-        if self.shard.is_none() || swept.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
+        let swept = self.memory.swept.lock().unwrap_or_else(|e| e.into_inner()).get(&parent_uid).copied();
+        if self.writer.member.is_none() || swept.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
             return Ok((children, false));
         }
         let mut children = children;
         let selector = format!("{},{PARENT_LABEL}={parent_uid}", managed_selector());
         let namespace = parent.metadata.namespace.clone().unwrap_or_default();
-        for (kind, child) in self.family.children.iter().enumerate() {
+        for (kind, child) in self.definition.family.children.iter().enumerate() {
             let api = self.child_api(kind, &namespace);
             let listed = bounded(api.list(&ListParams::default().labels(&selector)))
                 .await
@@ -67,7 +67,7 @@ impl Context {
     /// A reconcile of `parent` that looked for all its children (`take_in`), started at `since`, went
     /// through: they are all known now.
     pub(super) fn taken_in(&self, parent: &DynamicObject, since: Instant) {
-        self.swept.lock().unwrap_or_else(|e| e.into_inner()).insert(uid(parent), since);
+        self.memory.swept.lock().unwrap_or_else(|e| e.into_inner()).insert(uid(parent), since);
     }
 
     pub(super) async fn hand_over(
@@ -99,7 +99,7 @@ impl Context {
         }});
         let name = parent.metadata.name.as_deref().unwrap_or_default();
         match self.send(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await {
-            Ok(_) => tracing::info!(controller = self.name, "{object}: handed over to shard member {to}"),
+            Ok(_) => tracing::info!(controller = self.definition.name, "{object}: handed over to shard member {to}"),
             // Changed since it was read: the watch (or the next tick) brings the new version, and this
             // member lets go of it then if it is still its own and still being moved.
             Err(failed) if matches!(failed.status(), Some(404 | 409)) => {}

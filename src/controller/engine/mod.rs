@@ -14,6 +14,7 @@ pub mod events;
 pub mod fence;
 mod finalizer;
 mod handover;
+pub mod memory;
 pub mod related;
 pub mod request;
 mod revisions;
@@ -22,7 +23,6 @@ pub mod written;
 
 use std::borrow::Cow;
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -37,56 +37,25 @@ use super::rules::children::{
 };
 use super::rules::decorate::DECORATOR_ANNOTATION;
 use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step};
+use super::rules::next::{Done, FINALIZE_RECHECK, Outcome};
 use super::rules::selector::ParentSelector;
 use super::rules::shard::{Member, PARENT_LABEL};
 use super::rules::status::{Readiness, summary};
+use super::serve::Serving;
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
 use super::sync::{Answer, Inputs, Shape, Syncer};
 use crate::cluster::scope;
-use backoff::Backoff;
-use conflicts::Conflicts;
 use events::{EventQueue, Kind, Note, Reporter};
 use fence::Fence;
+use memory::Memory;
 use related::Related;
 use request::{Failed, bounded};
 pub use revisions::Rolling;
-use written::WrittenStatuses;
 
 /// How long one parent's writes (a few requests) may take before the reconcile counts as failed; a
 /// hook's own time comes on top.
 pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
-/// While a hook has not yet said `finalized`, how soon it is asked again when it gave no resyncAfterSeconds.
-pub const FINALIZE_RECHECK: Duration = Duration::from_secs(5);
-
-/// How one reconcile of a parent ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Synced, and the status's Ready condition (if it has one) is True.
-    Ready,
-    /// Synced, and the status's Ready condition is False for a reason of the parent's own: the status says
-    /// why, and this is the reason it gives. Not a failure to retry.
-    NotReady(String),
-    /// An object a child would be is someone else's; nothing will change that but a change to that
-    /// object, which the watch driver hears of and the poll driver checks with backoff.
-    Conflict(String),
-    /// Being deleted, and nothing (more) for samplectl to do: garbage collection removes the children.
-    Deleting,
-    /// Being deleted, and the hook has not yet said it is done cleaning up.
-    Finalizing,
-    /// Not selected by the controller, and nothing of the controller's on it: left alone.
-    Ignored,
-}
-
-/// An outcome, when the sync asked to be called again, and whether anything was written: a reconcile
-/// that wrote nothing says its inputs already were what the parent wants.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Done {
-    pub outcome: Outcome,
-    pub resync_after: Option<Duration>,
-    pub wrote: bool,
-}
-
 #[derive(Debug, thiserror::Error)]
 #[error("{object}: {action}: {message}")]
 pub struct ReconcileError {
@@ -131,37 +100,25 @@ pub struct Definition {
     pub ignore_status_changes: bool,
 }
 
-/// What every reconcile needs: the client, the parent and child types, the sync, the event queue, and
-/// the stores both drivers share.
+/// Who this process writes as: its shard member (only the parents labelled for it are its), and the
+/// fence its Lease keeps (the default one, never closed, without leader election or a ring).
+#[derive(Debug, Clone, Default)]
+pub struct Writer {
+    pub member: Option<Member>,
+    pub fence: Fence,
+}
+
+/// What every reconcile of one controller needs: its definition (held whole), the client, who it writes
+/// as, where it reports, what it remembers of each parent, and its Event queue.
 pub struct Context {
-    pub name: String,
-    pub client: Client,
-    pub family: Family,
-    sync: Syncer,
-    finalizer: Finalizer,
-    selector: ParentSelector,
-    pub resync: Option<Duration>,
-    updates: Vec<Update>,
-    adoption: Option<Adoption>,
-    rolling: Option<Rolling>,
-    pub ignore_status_changes: bool,
-    pub metrics: Arc<Metrics>,
-    pub health: Arc<Health>,
-    pub backoff: Backoff,
-    pub conflicts: Conflicts,
-    written: WrittenStatuses,
-    pub related: Related,
+    pub definition: Definition,
+    client: Client,
+    writer: Writer,
+    serving: Serving,
+    memory: Memory,
     events: EventQueue,
     /// This controller's driver has seen all its parents once (for /readyz).
     listed: AtomicBool,
-    /// This replica's place in a shard ring: only the parents labelled for it are reconciled, and its
-    /// children carry the same label.
-    pub shard: Option<Member>,
-    /// Under leader election or in a shard ring: open while this process holds its Lease.
-    pub fence: Fence,
-    /// In a shard ring: when each parent's children were last looked for whatever their shard label
-    /// (`handover::take_in`).
-    swept: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 pub fn key(object: &DynamicObject) -> String {
@@ -189,57 +146,44 @@ fn failure(object: &str, action: &str, failed: Failed) -> ReconcileError {
 }
 
 impl Context {
-    pub fn new(client: Client, definition: Definition, metrics: Arc<Metrics>, health: Arc<Health>) -> Self {
-        let Definition {
-            name,
-            family,
-            sync,
-            finalizer,
-            selector,
-            resync,
-            updates,
-            adoption,
-            rolling,
-            ignore_status_changes,
-        } = definition;
+    pub fn new(client: Client, definition: Definition, writer: Writer, serving: &Serving) -> Self {
         let reporter =
             Reporter { controller: "samplectl".into(), instance: hostname().unwrap_or_else(|| "samplectl".into()) };
-        let related = Related::new(sync.version());
+        let memory = Memory::new(Related::new(definition.sync.version()));
         let events = EventQueue::new(client.clone(), reporter);
-        Context {
-            name,
-            client,
-            family,
-            sync,
-            finalizer,
-            selector,
-            resync,
-            updates,
-            adoption,
-            rolling,
-            ignore_status_changes,
-            metrics,
-            health,
-            backoff: Backoff::default(),
-            conflicts: Conflicts::default(),
-            written: WrittenStatuses::default(),
-            related,
-            events,
-            listed: AtomicBool::new(false),
-            shard: None,
-            fence: Fence::default(),
-            swept: std::sync::Mutex::default(),
-        }
+        Context { definition, client, writer, serving: serving.clone(), memory, events, listed: AtomicBool::new(false) }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.serving.metrics
+    }
+
+    pub fn health(&self) -> &Health {
+        &self.serving.health
+    }
+
+    /// This replica's place in a shard ring, if it has one.
+    pub fn member(&self) -> Option<&Member> {
+        self.writer.member.as_ref()
+    }
+
+    /// What is remembered of each parent between reconciles.
+    pub fn memory(&self) -> &Memory {
+        &self.memory
     }
 
     pub fn sync(&self) -> &Syncer {
-        &self.sync
+        &self.definition.sync
     }
 
     /// The driver has seen every parent: the first time, /readyz counts this controller as synced.
     pub fn listed(&self) {
         if !self.listed.swap(true, Ordering::Relaxed) {
-            self.health.synced();
+            self.serving.health.synced();
         }
     }
 
@@ -248,23 +192,17 @@ impl Context {
         self.listed.load(Ordering::Relaxed)
     }
 
-    /// Counts a failure of `parent` and says how long to wait before trying it again.
-    pub fn failed(&self, parent: &DynamicObject) -> Duration {
-        self.backoff.failed(&uid(parent))
-    }
-
-    /// The parent with this uid is gone: forget everything kept for it.
     /// The label selector of the parents this replica reconciles: all of them, or in a shard ring the
     /// ones labelled for its member.
     pub fn parent_labels(&self) -> String {
-        self.shard.as_ref().map(Member::selector).unwrap_or_default()
+        self.writer.member.as_ref().map(Member::selector).unwrap_or_default()
     }
 
     /// The label selector of the children this replica's drivers follow: the ones samplectl manages,
     /// and in a shard ring only those labelled for its member.
     pub fn child_labels(&self) -> String {
         let managed = managed_selector();
-        match &self.shard {
+        match &self.writer.member {
             Some(member) => format!("{managed},{}", member.selector()),
             None => managed,
         }
@@ -273,26 +211,19 @@ impl Context {
     /// Whether this controller takes the parent `meta` describes: its selectors select it, or it still
     /// carries this controller's finalizer (a parent no longer selected has it taken off).
     pub fn takes(&self, meta: &ObjectMeta) -> bool {
-        self.selector.matches(meta)
-            || (self.finalizer.enabled && meta.finalizers.iter().flatten().any(|f| *f == self.finalizer.name))
+        self.definition.selector.matches(meta)
+            || (self.definition.finalizer.enabled
+                && meta.finalizers.iter().flatten().any(|f| *f == self.definition.finalizer.name))
     }
 
     /// Whether telling which parents this controller takes needs their annotations.
     pub fn selects_by_annotations(&self) -> bool {
-        self.selector.annotations.is_some()
-    }
-
-    pub fn parent_gone(&self, parent_uid: &str) {
-        self.swept.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
-        self.written.forget(parent_uid);
-        self.backoff.clear(parent_uid);
-        self.conflicts.forget(parent_uid);
-        self.related.forget(parent_uid);
+        self.definition.selector.annotations.is_some()
     }
 
     fn event(&self, parent: &DynamicObject, kind: Kind, reason: &str, note: String) {
         let note = Note { kind, reason: reason.into(), note, action: "Reconcile" };
-        self.events.send(note, parent.object_ref(&self.family.parent.ar));
+        self.events.send(note, parent.object_ref(&self.definition.family.parent.ar));
     }
 
     /// Sends the events still queued; called once reconciling has stopped.
@@ -305,7 +236,7 @@ impl Context {
     /// watch cache, so perhaps behind the API server); when they say nothing needs writing, no request is
     /// made.
     pub async fn reconcile(&self, parent: &DynamicObject, children: Observed) -> Result<Done, ReconcileError> {
-        if let Some(member) = &self.shard {
+        if let Some(member) = &self.writer.member {
             // Whatever a driver's cache says, a parent not labelled for this member is not its to write.
             if !member.holds(&parent.metadata) {
                 return Ok(Done { outcome: Outcome::Ignored, resync_after: None, wrote: false });
@@ -315,8 +246,8 @@ impl Context {
             }
         }
         let started = std::time::Instant::now();
-        self.metrics.in_flight.inc();
-        let deadline = RECONCILE_TIMEOUT + self.sync.timeout();
+        self.serving.metrics.in_flight.inc();
+        let deadline = RECONCILE_TIMEOUT + self.definition.sync.timeout();
         let looked = AtomicBool::new(false);
         let reconcile = async {
             let (children, all) = self.take_in(parent, children).await?;
@@ -331,7 +262,7 @@ impl Context {
                 message: format!("did not finish within {}s", deadline.as_secs()),
             }),
         };
-        self.metrics.in_flight.dec();
+        self.serving.metrics.in_flight.dec();
         if result.is_ok() && looked.load(Ordering::Relaxed) {
             self.taken_in(parent, started);
         }
@@ -342,7 +273,7 @@ impl Context {
             Ok(Done { outcome: Outcome::Ignored, .. }) => "ignored",
             Err(_) => "error",
         };
-        self.metrics.reconciled(&self.name, label, started.elapsed());
+        self.serving.metrics.reconciled(&self.definition.name, label, started.elapsed());
         result
     }
 
@@ -350,20 +281,20 @@ impl Context {
     /// deadline): checked right before the request goes, so that a reconcile which was frozen or stuck
     /// sends nothing once another process may own what it writes.
     async fn send<T>(&self, request: impl Future<Output = kube::Result<T>>) -> Result<T, Failed> {
-        if !self.fence.open() {
+        if !self.writer.fence.open() {
             return Err(Failed::Fenced);
         }
         bounded(request).await
     }
 
     fn child_api(&self, kind: usize, namespace: &str) -> Api<DynamicObject> {
-        let child = &self.family.children[kind];
+        let child = &self.definition.family.children[kind];
         let namespace = (child.namespaced && !namespace.is_empty()).then_some(namespace);
         scope::dynamic(self.client.clone(), &child.ar, namespace)
     }
 
     fn parent_api(&self, parent: &DynamicObject) -> Api<DynamicObject> {
-        scope::dynamic(self.client.clone(), &self.family.parent.ar, parent.metadata.namespace.as_deref())
+        scope::dynamic(self.client.clone(), &self.definition.family.parent.ar, parent.metadata.namespace.as_deref())
     }
 
     async fn reconcile_once(&self, parent: &DynamicObject, observed: Observed) -> Result<Done, ReconcileError> {
@@ -373,15 +304,15 @@ impl Context {
         let mut parent = Cow::Borrowed(parent);
         // A list's items come without their type (a built-in kind's do); a hook reads it on the object.
         if parent.types.is_none() {
-            let ar = &self.family.parent.ar;
+            let ar = &self.definition.family.parent.ar;
             parent.to_mut().types = Some(TypeMeta { api_version: ar.api_version.clone(), kind: ar.kind.clone() });
         }
         let mut wrote = false;
         let facts = Facts {
-            finalize: self.finalizer.enabled,
-            holds: finalizer_rules::holds(parent.metadata.finalizers.as_deref(), &self.finalizer.name),
+            finalize: self.definition.finalizer.enabled,
+            holds: finalizer_rules::holds(parent.metadata.finalizers.as_deref(), &self.definition.finalizer.name),
             deleting: parent.metadata.deletion_timestamp.is_some(),
-            selected: self.selector.matches(&parent.metadata),
+            selected: self.definition.selector.matches(&parent.metadata),
         };
         let step = finalizer_rules::step(facts);
         match step {
@@ -410,14 +341,15 @@ impl Context {
         // refused create or update and one GET.
         let parent_uid = uid(&parent);
         let mut children = observed;
-        let decorator = self.sync.shape() == Shape::Decorator;
+        let decorator = self.definition.sync.shape() == Shape::Decorator;
         // A decorator's attachments are the ones it made: another decorator's of the same object are not.
         children.retain(|_, child| {
-            controlled_by(&child.metadata, &parent_uid) && (!decorator || made_by(&child.metadata, &self.name))
+            controlled_by(&child.metadata, &parent_uid)
+                && (!decorator || made_by(&child.metadata, &self.definition.name))
         });
 
         let related = self.related_objects(&parent).await?;
-        let (answer, desired) = match &self.rolling {
+        let (answer, desired) = match &self.definition.rolling {
             Some(rolling) => {
                 let (answer, desired, recorded) =
                     self.sync_rolling(rolling, &parent, &children, &related, finalizing).await?;
@@ -426,7 +358,7 @@ impl Context {
             }
             None => {
                 let inputs = Inputs { parent: &parent, children: &children, related: &related, finalizing };
-                let answer = match self.sync.call(&self.family, inputs, &now()).await {
+                let answer = match self.definition.sync.call(&self.definition.family, inputs, &now()).await {
                     Ok(answer) => answer,
                     Err(problem) => return Err(self.sync_failed(&parent, problem)),
                 };
@@ -441,7 +373,7 @@ impl Context {
             false => self.apply_children(&parent, &children, &desired).await,
         };
         wrote |= applied.wrote;
-        self.conflicts.set(&parent_uid, place(&parent), applied.conflicts.clone());
+        self.memory.conflicts.set(&parent_uid, place(&parent), applied.conflicts.clone());
 
         if decorator {
             wrote |= self
@@ -453,7 +385,7 @@ impl Context {
             false => self.write_status(&parent, answer.status.clone(), applied.problem.as_ref(), true).await,
             // A decorator's status: only where the object has a status subresource, and only when one is
             // answered (null keeps it as it is) or the attachments have a problem to report.
-            true if self.family.parent.subresources.iter().any(|s| s == "status")
+            true if self.definition.family.parent.subresources.iter().any(|s| s == "status")
                 && (answer.status.is_some() || applied.problem.is_some()) =>
             {
                 let answered = answer.status.clone().or_else(|| parent.data.get("status").cloned());
@@ -483,7 +415,6 @@ impl Context {
         if let Some(failure) = applied.failure {
             return Err(failure);
         }
-        self.backoff.recovered(&parent_uid);
         if finalizing {
             let resync_after = Some(answer.resync_after.unwrap_or(FINALIZE_RECHECK));
             return Ok(Done { outcome: Outcome::Finalizing, resync_after, wrote });
@@ -506,26 +437,31 @@ impl Context {
         let mut desired = Vec::new();
         let mut seen = HashSet::new();
         for child in &answer.children {
-            let (key, mut body) = self.family.own(parent, child).map_err(|problem| {
-                self.sync_failed(parent, format!("{} answered a child samplectl refuses: {problem}", self.sync.name()))
+            let (key, mut body) = self.definition.family.own(parent, child).map_err(|problem| {
+                self.sync_failed(
+                    parent,
+                    format!("{} answered a child samplectl refuses: {problem}", self.definition.sync.name()),
+                )
             })?;
-            if self.adoption == Some(Adoption::ControllerUid) {
+            if self.definition.adoption == Some(Adoption::ControllerUid) {
                 let labels = &mut body["metadata"]["labels"];
                 if labels.get(CONTROLLER_UID).is_none() {
                     labels[CONTROLLER_UID] = uid(parent).into();
                 }
             }
-            if let Some(member) = &self.shard {
+            if let Some(member) = &self.writer.member {
                 let labels = &mut body["metadata"]["labels"];
                 labels[member.label()] = member.incarnation.clone().into();
                 labels[PARENT_LABEL] = uid(parent).into();
             }
-            if self.sync.shape() == Shape::Decorator {
-                body["metadata"]["annotations"][DECORATOR_ANNOTATION] = self.name.clone().into();
+            if self.definition.sync.shape() == Shape::Decorator {
+                body["metadata"]["annotations"][DECORATOR_ANNOTATION] = self.definition.name.clone().into();
             }
             if !seen.insert(key.clone()) {
-                let kind = &self.family.children[key.kind].ar.kind;
-                return Err(self.sync_failed(parent, format!("{} answered {kind} {key} twice", self.sync.name())));
+                let kind = &self.definition.family.children[key.kind].ar.kind;
+                return Err(
+                    self.sync_failed(parent, format!("{} answered {kind} {key} twice", self.definition.sync.name()))
+                );
             }
             desired.push((key, body));
         }

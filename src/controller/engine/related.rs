@@ -138,7 +138,7 @@ impl Related {
 impl Context {
     /// The related objects `parent` asked for, by type; empty without a customize hook.
     pub(super) async fn related_objects(&self, parent: &DynamicObject) -> Result<RelatedObjects, ReconcileError> {
-        let rules = match self.related.cached(parent) {
+        let rules = match self.memory.related.cached(parent) {
             Some(rules) => rules,
             None => match self.sync().customize(parent).await {
                 None => return Ok(RelatedObjects::new()),
@@ -152,13 +152,13 @@ impl Context {
                         resolved.push(Rule { rule, resolved: resolved_type });
                     }
                     let rules = Arc::new(resolved);
-                    self.related.remember(parent, rules.clone());
+                    self.memory.related.remember(parent, rules.clone());
                     rules
                 }
             },
         };
         let object = key(parent);
-        let asker = self.related.asker(parent.metadata.namespace.as_deref());
+        let asker = self.memory.related.asker(parent.metadata.namespace.as_deref());
         let mut related = RelatedObjects::new();
         let mut namespaces: Option<HashMap<String, BTreeMap<String, String>>> = None;
         for Rule { rule, resolved } in rules.iter() {
@@ -190,12 +190,12 @@ impl Context {
     /// The type a rule names, through discovery (once per type).
     async fn related_type(&self, rule: &RelatedRule) -> Result<Resolved, String> {
         let id = (rule.api_version.clone(), rule.resource.clone());
-        if let Some(resolved) = self.related.types.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+        if let Some(resolved) = self.memory.related.types.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
             return Ok(resolved.clone());
         }
         let gvr = Gvr::parse(&format!("{}/{}", rule.api_version, rule.resource))?;
         let resolved = resolve_gvr(&self.client, &gvr).await.map_err(|err| format!("{err:#}"))?;
-        self.related.types.lock().unwrap_or_else(|e| e.into_inner()).insert(id, resolved.clone());
+        self.memory.related.types.lock().unwrap_or_else(|e| e.into_inner()).insert(id, resolved.clone());
         Ok(resolved)
     }
 

@@ -51,7 +51,7 @@ impl Context {
         let object = key(parent);
         let namespace = parent.metadata.namespace.clone().unwrap_or_default();
         let api = scope::dynamic(self.client.clone(), &rolling.revisions.ar, Some(&namespace));
-        let parent_ar = &self.family.parent.ar;
+        let parent_ar = &self.definition.family.parent.ar;
         let selector = format!("{API_GROUP_LABEL}={},{RESOURCE_LABEL}={}", parent_ar.group, parent_ar.plural);
         let listed = bounded(api.list(&ListParams::default().labels(&selector)))
             .await
@@ -100,7 +100,7 @@ impl Context {
         let now = now();
         let calls = parents.iter().map(|p| {
             let inputs = Inputs { parent: p, children, related, finalizing };
-            self.sync.call(&self.family, inputs, &now)
+            self.definition.sync.call(&self.definition.family, inputs, &now)
         });
         let mut answers = Vec::with_capacity(parents.len());
         for answer in join_all(calls).await {
@@ -199,7 +199,7 @@ impl Context {
         patch: &Value,
         claims: &[Claims],
     ) -> DynamicObject {
-        let parent_ar = &self.family.parent.ar;
+        let parent_ar = &self.definition.family.parent.ar;
         let mut labels = match rolling.generated_selector {
             true => json!({ CONTROLLER_UID: uid(parent) }),
             false => match &parent.data["spec"]["template"]["metadata"]["labels"] {

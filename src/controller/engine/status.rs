@@ -26,20 +26,20 @@ impl Context {
         let current = parent.data.get("status").cloned().unwrap_or(Value::Null);
         let status = desired(answered, &current, problem, (generation, observed_generation), &now());
         let version = parent.metadata.resource_version.clone().unwrap_or_default();
-        if !self.written.needs_write(&parent_uid, &status, &current, &version) {
+        if !self.memory.written.needs_write(&parent_uid, &status, &current, &version) {
             return Ok((current, false));
         }
         let name = parent.metadata.name.as_deref().unwrap_or_default();
         let ns = parent.metadata.namespace.as_deref();
-        let ar = &self.family.parent.ar;
+        let ar = &self.definition.family.parent.ar;
         let (body, params) = patch(self.sync().status_style(), (&ar.api_version, &ar.kind), (ns, name), &status);
-        let body = match &self.shard {
+        let body = match &self.writer.member {
             Some(member) => guarded(body, member, &version),
             None => body,
         };
         let stored = self.send(self.parent_api(parent).patch_status(name, &params, &body)).await?;
         let stored = stored.data.get("status").cloned().unwrap_or(Value::Null);
-        self.written.remember(&parent_uid, Written::new(version, &status, &stored));
+        self.memory.written.remember(&parent_uid, Written::new(version, &status, &stored));
         let object = key(parent);
         match summary(&status) {
             Some(readiness) => {

@@ -1,6 +1,6 @@
 //! The rules of the engine, decided without a cluster: which children a parent may have and whose an
 //! existing object is (`children`), what a parent's status says and when and how it is written
-//! (`status`), where a parent stands with its finalizer (`finalizer`), whether a selector takes an
+//! (`status`), where a parent stands with its finalizer (`finalizer`), what follows a reconcile (`next`), whether a selector takes an
 //! object in (`selector`), and, for a shard ring, which member a parent belongs to (`ring`) and the labels
 //! that say so (`shard`). The syncs answer in these terms and the engine acts on them; nothing here sends
 //! a request, so every rule has unit tests.
@@ -8,6 +8,7 @@
 pub mod children;
 pub mod decorate;
 pub mod finalizer;
+pub mod next;
 pub mod related;
 pub mod ring;
 pub mod rolling;

@@ -22,6 +22,13 @@ use metrics::Metrics;
 use metrics_access::{Decision, MetricsAccess, bearer};
 use tls::TlsListener;
 
+/// Where the controllers report: the probes' state and the metrics, shared by everything a process runs.
+#[derive(Clone)]
+pub struct Serving {
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+}
+
 async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} for {what}"))
 }

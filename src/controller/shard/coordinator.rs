@@ -359,7 +359,7 @@ impl Coordinator {
     pub async fn run(&self, members: &mut Members, mut stop: watch::Receiver<bool>) {
         let mut feeds = SelectAll::new();
         for (index, (ctx, namespace)) in self.controllers.iter().enumerate() {
-            let (ar, namespace) = (&ctx.family.parent.ar, namespace.as_deref());
+            let (ar, namespace) = (&ctx.definition.family.parent.ar, namespace.as_deref());
             // The hub's metadata feeds keep no annotations; a controller that selects by them is fed whole
             // objects.
             let events = match ctx.selects_by_annotations() {
@@ -477,7 +477,7 @@ impl Coordinator {
 
     /// Makes `step` on the parent at `key`, as it was at `version`.
     fn write(&self, key: Key, step: Step, version: String) -> impl Future<Output = (Key, Result<(), String>)> + use<> {
-        let ar = &self.controllers[key.0].0.family.parent.ar;
+        let ar = &self.controllers[key.0].0.definition.family.parent.ar;
         let namespace = Some(&*key.1.namespace).filter(|ns| !ns.is_empty());
         let api = scope::dynamic(self.client.clone(), ar, namespace);
         let body = patch(&step, &self.ring, &version);

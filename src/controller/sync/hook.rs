@@ -13,6 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::Version;
 use super::security::{Https, Secured};
+use crate::cluster::deadline::AnswerLimit;
 
 /// An answer larger than this is refused: a hook that prints without end must not exhaust memory.
 const MAX_ANSWER: usize = 64 << 20;
@@ -217,10 +218,12 @@ impl Hook {
     }
 
     async fn proxy(&self, client: &kube::Client, path: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
-        let request = http::Request::post(path)
+        let mut request = http::Request::post(path)
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body)
             .map_err(|err| err.to_string())?;
+        // The hook's own timeout bounds it, not the client's usual limit.
+        request.extensions_mut().insert(AnswerLimit(self.timeout));
         let exchange = async {
             match client.request_text(request).await {
                 Ok(text) => Ok(text.into_bytes()),

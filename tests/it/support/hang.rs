@@ -176,6 +176,11 @@ impl HangingProxy {
         self.patterns.lock().unwrap().push(pattern.as_bytes().to_vec());
     }
 
+    /// From now on, let new requests containing `pattern` through; connections already hung stay hung.
+    pub fn stop_hanging(&self, pattern: &str) {
+        self.patterns.lock().unwrap().retain(|p| p != pattern.as_bytes());
+    }
+
     /// From the first request containing `pattern` on, holds every request on every connection (that
     /// one included) until `release_held`; returns at once.
     pub fn hold_everything_after(&self, pattern: &str) {

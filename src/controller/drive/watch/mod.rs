@@ -35,9 +35,10 @@ use tokio::time::Instant;
 use crate::cluster::resolve::Resolved;
 use crate::controller::drive::cache::Cache;
 use crate::controller::drive::changes::parent_print;
+use crate::controller::drive::conclude;
 use crate::controller::drive::owners::{Owners, observed, take_in};
 use crate::controller::drive::place::{Place, place};
-use crate::controller::engine::{Context, Done, FINALIZE_RECHECK, Outcome, ReconcileError};
+use crate::controller::engine::Context;
 use crate::controller::rules::children::{Family, MANAGED_BY, MANAGED_BY_LABEL, Observed};
 use hub::Hub;
 use once::Once;
@@ -78,13 +79,13 @@ fn places(parents: &[(String, String)]) -> Vec<Place> {
 
 impl Watch {
     fn child_namespace(&self, kind: usize) -> Option<&str> {
-        let family = &self.ctx.family;
+        let family = &self.ctx.definition.family;
         self.namespace.as_deref().filter(|_| family.children[kind].namespaced && family.parent.namespaced)
     }
 
     /// The parents blocked by the object of child type `kind` that `meta` describes.
     fn blocked(ctx: &Context, family: &Family, kind: usize, meta: &ObjectMeta) -> Vec<Place> {
-        places(&ctx.conflicts.blocked_by(&family.key(kind, meta)))
+        places(&ctx.memory().blocked_by(&family.key(kind, meta)))
     }
 
     /// The triggers from child type `kind`'s labelled objects, cached in the hub and indexed by owner. A
@@ -100,7 +101,7 @@ impl Watch {
         listed: &watch::Sender<Vec<bool>>,
     ) -> Triggers {
         let (ctx, family, parents, owners, listed) =
-            (self.ctx.clone(), self.ctx.family.clone(), parents.clone(), owners.clone(), listed.clone());
+            (self.ctx.clone(), self.ctx.definition.family.clone(), parents.clone(), owners.clone(), listed.clone());
         triggers(events, move |seen| {
             let (object, deleted, listing) = match seen {
                 Seen::Applied(object) => (object, false, false),
@@ -127,7 +128,7 @@ impl Watch {
     /// The triggers from every other object of child type `kind`, by metadata only and not kept: one
     /// that appears or goes away where a parent's child would be changes whether that parent is blocked.
     fn other_objects(&self, kind: usize, parents: &Cache<DynamicObject>) -> Triggers {
-        let (ctx, family, parents) = (self.ctx.clone(), self.ctx.family.clone(), parents.clone());
+        let (ctx, family, parents) = (self.ctx.clone(), self.ctx.definition.family.clone(), parents.clone());
         let unlabelled = format!("{MANAGED_BY_LABEL}!={MANAGED_BY}");
         let events = self.hub.metadata(&family.children[kind].ar, self.child_namespace(kind), &unlabelled);
         triggers(events, move |seen| match seen {
@@ -143,7 +144,7 @@ impl Watch {
     /// with a rule on the type, since an object deleted while the watch was down leaves no event.
     fn related(&self) -> Triggers {
         let (ctx, hub) = (self.ctx.clone(), self.hub.clone());
-        let types = self.ctx.related.types();
+        let types = self.ctx.memory().related().types();
         let state = (types, SelectAll::<Triggers>::new(), Vec::<Resolved>::new());
         stream::unfold(state, move |(mut types, mut watches, mut watching)| {
             let (ctx, hub) = (ctx.clone(), hub.clone());
@@ -182,7 +183,7 @@ impl Watch {
     ) -> Triggers {
         let (ctx, started) = (self.ctx.clone(), Instant::now());
         // With ignoreStatusChanges, what each parent last was, to tell a status write from a change.
-        let ignore_status = ctx.ignore_status_changes;
+        let ignore_status = ctx.definition.ignore_status_changes;
         let print = |parent: &DynamicObject| {
             let mut hasher = std::collections::hash_map::DefaultHasher::new();
             (parent_print(&parent.metadata, true), &parent.metadata.uid).hash(&mut hasher);
@@ -209,16 +210,16 @@ impl Watch {
             }
             Seen::Deleted(parent) => {
                 prints.remove(&place(&parent.metadata));
-                ctx.parent_gone(parent.metadata.uid.as_deref().unwrap_or_default());
+                ctx.memory().forget(parent.metadata.uid.as_deref().unwrap_or_default());
                 Vec::new()
             }
             Seen::Listed => {
                 let all = cache.places();
                 if !ctx.has_listed() {
-                    let (plural, took) = (&ctx.family.parent.ar.plural, started.elapsed().as_secs_f64());
+                    let (plural, took) = (&ctx.definition.family.parent.ar.plural, started.elapsed().as_secs_f64());
                     let count = all.len();
                     tracing::info!(
-                        controller = ctx.name,
+                        controller = ctx.definition.name,
                         "listed {count} {plural} and their children in {took:.1}s; looking at each"
                     );
                 }
@@ -241,7 +242,7 @@ impl Watch {
     /// Runs until `stop` turns true; with `once`, until every parent of the first full list has been
     /// reconciled once, and then returns the ones that are not Ready.
     pub async fn run(&self, once: bool, stop: watch::Receiver<bool>) -> kube::Result<Option<Vec<String>>> {
-        let family = self.ctx.family.clone();
+        let family = self.ctx.definition.family.clone();
         let parents_feed = self.hub.objects(&family.parent.ar, self.namespace.as_deref(), &self.ctx.parent_labels());
         let parents = parents_feed.0.clone();
         let owners = Arc::new(Mutex::new(Owners::default()));
@@ -324,14 +325,14 @@ impl Work {
             }
             if !swept && running.is_empty() && self.shared.ctx.has_listed() {
                 swept = true;
-                let plural = &self.shared.ctx.family.parent.ar.plural;
+                let plural = &self.shared.ctx.definition.family.parent.ar.plural;
                 let (count, took) = (self.shared.parents.len(), started.elapsed().as_secs_f64());
                 tracing::info!(
-                    controller = self.shared.ctx.name,
+                    controller = self.shared.ctx.definition.name,
                     "all {count} {plural} looked at, {took:.1}s after the start"
                 );
             }
-            self.shared.ctx.metrics.backlog.set(i64::try_from(queue.waiting()).unwrap_or(i64::MAX));
+            self.shared.ctx.metrics().backlog.set(i64::try_from(queue.waiting()).unwrap_or(i64::MAX));
             let wake = async {
                 match next_due {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -388,21 +389,9 @@ async fn reconcile(shared: Arc<Shared>, place: Place) -> Ended {
     let Some(parent) = shared.parents.get(&place) else { return ended(None, None) };
     let children = shared.children_of(&place);
     let ctx = &shared.ctx;
-    match ctx.reconcile(&parent, children).await {
-        Ok(Done { outcome, resync_after, .. }) => match outcome {
-            Outcome::NotReady(reason) | Outcome::Conflict(reason) => ended(resync_after, Some(reason)),
-            Outcome::Finalizing => ended(Some(resync_after.unwrap_or(FINALIZE_RECHECK)), None),
-            Outcome::Ready | Outcome::Deleting => ended(resync_after, None),
-            // Not this controller's until it changes.
-            Outcome::Ignored => ended(None, None),
-        },
-        Err(err) => {
-            let delay = ctx.failed(&parent);
-            tracing::warn!("{err}; retrying in {}s", delay.as_secs());
-            let ReconcileError { action, message, .. } = err;
-            ended(Some(delay), Some(format!("{action}: {message}")))
-        }
-    }
+    let result = ctx.reconcile(&parent, children).await;
+    let concluded = conclude(ctx, parent.metadata.uid.as_deref().unwrap_or_default(), &result);
+    ended(concluded.again, concluded.not_ready)
 }
 
 /// The triggers from one related type's metadata watch, across the cluster.
@@ -435,16 +424,16 @@ fn related_watch(ctx: &Arc<Context>, hub: &Arc<Hub>, resolved: &Resolved) -> Tri
         let parents = match meta {
             Some(meta) => {
                 let id = meta.uid.clone().unwrap_or_default();
-                let mut parents = ctx.related.parents_of(&resolved, Some(&meta));
+                let mut parents = ctx.memory().related().parents_of(&resolved, Some(&meta));
                 if let Some(old) = before.remove(&id) {
-                    parents.extend(ctx.related.parents_of(&resolved, Some(&old)));
+                    parents.extend(ctx.memory().related().parents_of(&resolved, Some(&old)));
                 }
                 if !deleted {
                     before.insert(id, kept(&meta));
                 }
                 parents
             }
-            None => ctx.related.parents_of(&resolved, None),
+            None => ctx.memory().related().parents_of(&resolved, None),
         };
         let mut parents = places(&parents);
         parents.dedup();

@@ -1,0 +1,79 @@
+//! What the engine remembers of each parent between reconciles, behind one handle: retry timing
+//! (`backoff`), the objects in its way (`conflicts`), the statuses it wrote (`written`), its customize
+//! answer and related objects (`related`), and when its children were last looked for whatever their
+//! shard label (`swept`). The drivers reach it only through the methods here: what a reconcile's end
+//! teaches the retry store, whether a parent waits, which parents an object concerns, and forgetting a
+//! parent that is gone.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::backoff::Backoff;
+use super::conflicts::{Conflicts, Place};
+use super::related::Related;
+use super::written::WrittenStatuses;
+use crate::controller::rules::children::ChildKey;
+use crate::controller::rules::next::Retry;
+
+pub struct Memory {
+    pub(super) retry: Backoff,
+    pub(super) conflicts: Conflicts,
+    pub(super) written: WrittenStatuses,
+    pub(super) related: Related,
+    pub(super) swept: Mutex<HashMap<String, Instant>>,
+}
+
+impl Memory {
+    pub(super) fn new(related: Related) -> Self {
+        Memory {
+            retry: Backoff::default(),
+            conflicts: Conflicts::default(),
+            written: WrittenStatuses::default(),
+            related,
+            swept: Mutex::default(),
+        }
+    }
+
+    /// The retry store learns how a reconcile of the parent with `uid` ended; after a failure or a
+    /// conflict, how long until it is tried again. The one place that counts failures and conflicts.
+    pub fn learn(&self, uid: &str, retry: Retry) -> Option<Duration> {
+        match retry {
+            Retry::Clear => {
+                self.retry.clear(uid);
+                None
+            }
+            Retry::Conflicted => Some(self.retry.conflicted(uid)),
+            Retry::Failed => Some(self.retry.failed(uid)),
+        }
+    }
+
+    /// Whether the parent with `uid` must still wait before it is tried again.
+    pub fn waiting(&self, uid: &str, now: tokio::time::Instant) -> bool {
+        self.retry.waiting(uid, now)
+    }
+
+    /// After a full list: the retry timing of parents not in `present` is forgotten.
+    pub fn retain(&self, present: &HashSet<String>) {
+        self.retry.retain(present);
+    }
+
+    /// The parents whose children `key` is in the way of.
+    pub fn blocked_by(&self, key: &ChildKey) -> Vec<Place> {
+        self.conflicts.blocked_by(key)
+    }
+
+    /// The customize answers and related objects, which the drivers follow.
+    pub fn related(&self) -> &Related {
+        &self.related
+    }
+
+    /// The parent with this uid is gone: everything kept for it is forgotten.
+    pub fn forget(&self, parent_uid: &str) {
+        self.swept.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
+        self.written.forget(parent_uid);
+        self.retry.clear(parent_uid);
+        self.conflicts.forget(parent_uid);
+        self.related.forget(parent_uid);
+    }
+}
