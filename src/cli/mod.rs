@@ -14,20 +14,19 @@ use clap_complete::env::Shells;
 
 use crate::cluster::client::ClientOptions;
 use crate::cluster::resolve::{Gvr, check_resource_name};
-use crate::controller::crd::serves_samples;
-use crate::controller::leader::Election;
-use crate::controller::leader::{default_member, incarnation};
-use crate::controller::rules::shard::{Member, check_member, check_ring};
-use crate::controller::sync::hook::Target as HookTarget;
 use crate::logging::LogFormat;
 use crate::output::color::ColorChoice;
-use crate::output::columns::Columns;
-use crate::output::jsonpath::Template;
 use crate::output::sort::SortBy;
-use crate::output::template::TemplateFormat;
 
 pub mod complete;
 pub mod ids;
+mod output_format;
+mod plugin;
+mod reconcile;
+
+pub use output_format::{OUTPUT_FORMATS, OutputFormat};
+pub use plugin::executable_name;
+pub use reconcile::ReconcileArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -134,147 +133,6 @@ pub struct CompletionArgs {
     pub shell: String,
 }
 
-#[derive(Debug, Args)]
-pub struct ReconcileArgs {
-    /// The resource to reconcile; anything but samples.example.com is only observed unless given a hook
-    #[arg(id = ids::GVR, long, value_name = "GVR", default_value = "example.com/v1alpha1/samples",
-          value_parser = Gvr::parse, add = ArgValueCompleter::new(complete::gvrs))]
-    pub gvr: Gvr,
-
-    /// Driven by watch events instead of polling
-    #[arg(long)]
-    pub watch: bool,
-
-    /// Time between polls (at least 100ms)
-    #[arg(long, default_value = "1s", value_parser = at_least::<100>, value_name = "DURATION")]
-    pub interval: Duration,
-
-    /// Samples reconciled at the same time
-    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrency: u16,
-
-    /// With --watch, reconcile every Sample again after this long even without a change (at least 1s)
-    #[arg(long, default_value = "10m", value_parser = at_least::<1000>, value_name = "DURATION")]
-    pub resync: Duration,
-
-    /// One full pass, then exit: 0 if every Sample is Ready, 1 otherwise
-    #[arg(long)]
-    pub once: bool,
-
-    /// Also print the requests sent so far every minute (they are always printed on exit)
-    #[arg(long)]
-    pub stats: bool,
-
-    /// Reconcile only while holding a coordination.k8s.io Lease, so that one of several replicas is active
-    #[arg(long)]
-    pub leader_elect: bool,
-
-    /// The Lease's name
-    #[arg(long, default_value = "samplectl-leader", value_name = "NAME")]
-    pub leader_election_id: String,
-
-    /// The namespace of the Lease (and of a shard ring's Leases) (default: the kubeconfig context's or
-    /// the pod's namespace)
-    #[arg(long, value_name = "NS", add = ArgValueCompleter::new(complete::namespaces))]
-    pub leader_election_namespace: Option<String>,
-
-    /// This replica's name in the Lease (default: POD_NAME or the hostname); a random id of the process is
-    /// added to it, so that a second process under the same name stands by rather than leads too
-    #[arg(long, value_name = "ID")]
-    pub leader_election_identity: Option<String>,
-
-    /// Share the parents among every replica started with this ring name: each holds a Lease of its own
-    /// and reconciles the parents labelled for it; one of them labels each parent by consistent hashing
-    /// and moves parents as replicas come and go (in place of --leader-elect)
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["leader_elect", "once", "from_cluster"])]
-    pub shard_ring: Option<String>,
-
-    /// This replica's name in the ring and on its Lease (default: POD_NAME, or the hostname); the labels
-    /// name it with a random id of the process, so that a process restarted under the same name starts
-    /// with nothing of the one before it, and a second one under a taken name stands by
-    #[arg(long, value_name = "NAME", requires = "shard_ring")]
-    pub shard_member: Option<String>,
-
-    /// How long a Lease holds without renewal before a standby may take it (at least 1s); also how long
-    /// the API server may be out of reach before /healthz fails
-    #[arg(long, default_value = "15s", value_parser = at_least::<1000>, value_name = "DURATION")]
-    pub lease_duration: Duration,
-
-    /// How long the leader keeps leading while it cannot renew the Lease (shorter than --lease-duration)
-    #[arg(long, default_value = "10s", value_parser = at_least::<100>, value_name = "DURATION")]
-    pub renew_deadline: Duration,
-
-    /// How often a candidate looks at the Lease, and the leader renews it (at least 100ms)
-    #[arg(long, default_value = "2s", value_parser = at_least::<100>, value_name = "DURATION")]
-    pub retry_period: Duration,
-
-    /// On SIGTERM, how long to let the work in flight finish before abandoning it (keep it inside the
-    /// pod's termination grace period); 0 abandons it at once
-    #[arg(long, default_value = "20s", value_parser = crate::duration::parse, value_name = "DURATION")]
-    pub shutdown_timeout: Duration,
-
-    /// Serve /healthz and /readyz on this address (e.g. 0.0.0.0:8081); off unless given
-    #[arg(long, value_name = "ADDR")]
-    pub health_addr: Option<std::net::SocketAddr>,
-
-    /// Serve Prometheus metrics at /metrics on this address (e.g. 0.0.0.0:8080); off unless given
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_addr: Option<std::net::SocketAddr>,
-
-    /// Serve /metrics over HTTPS, only to callers whose bearer token passes a TokenReview and a
-    /// SubjectAccessReview for get on /metrics (controller-runtime's secure metrics)
-    #[arg(long, requires = "metrics_addr")]
-    pub metrics_secure: bool,
-
-    /// With --metrics-secure, the directory holding tls.crt and tls.key (default: a self-signed
-    /// certificate made at start-up)
-    #[arg(long, value_name = "DIR", requires = "metrics_secure", value_hint = ValueHint::DirPath)]
-    pub metrics_cert_dir: Option<std::path::PathBuf>,
-
-    /// Reconcile --gvr with this command as its sync hook (metacontroller's CompositeController protocol):
-    /// the request on its stdin, the answer on its stdout; split into words like a shell, run without one
-    #[arg(long, value_name = "COMMAND", value_parser = HookTarget::command, conflicts_with = "hook_url", help_heading = "Hooks",
-          value_hint = ValueHint::ExecutablePath)]
-    pub hook: Option<HookTarget>,
-
-    /// Reconcile --gvr with the sync hook at this URL: the request POSTed as JSON, the answer in a 200 response
-    #[arg(long, value_name = "URL", value_parser = HookTarget::url, help_heading = "Hooks")]
-    pub hook_url: Option<HookTarget>,
-
-    /// A child type the hook may manage, as GROUP/VERSION/RESOURCE (v1/configmaps, apps/v1/deployments);
-    /// repeat for each
-    #[arg(long = "child", value_name = "GVR", value_parser = Gvr::parse, help_heading = "Hooks",
-          add = ArgValueCompleter::new(complete::gvrs))]
-    pub children: Vec<Gvr>,
-
-    /// How long one call of the hook may take
-    #[arg(long, default_value = "10s", value_parser = at_least::<100>, value_name = "DURATION", help_heading = "Hooks")]
-    pub hook_timeout: Duration,
-
-    /// Put a finalizer on each parent, and call the hook with `finalizing: true` when one is deleted until
-    /// it answers `finalized: true`
-    #[arg(long, help_heading = "Hooks")]
-    pub finalize: bool,
-
-    /// Run every CompositeController and DecoratorController (metacontroller.k8s.io/v1alpha1) in these
-    /// manifests, in place of --gvr: a file, a directory (its .yaml, .yml and .json files), or - for
-    /// stdin; repeat for more. Other kinds in them are skipped
-    #[arg(short = 'f', long = "filename", value_name = "PATH", help_heading = "Controllers",
-          conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize"], value_hint = ValueHint::AnyPath)]
-    pub filenames: Vec<std::path::PathBuf>,
-
-    /// Run every CompositeController and DecoratorController stored in the cluster, and start, change and
-    /// stop each one as its object is created, updated and deleted, as metacontroller does
-    #[arg(long, help_heading = "Controllers",
-          conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize", "filenames"])]
-    pub from_cluster: bool,
-
-    /// With --from-cluster: only the controller objects with these labels (metacontroller's
-    /// --target-label-selector), so that several instances can split them
-    #[arg(long, value_name = "SELECTOR", requires = "from_cluster", help_heading = "Controllers")]
-    pub target_label_selector: Option<String>,
-}
-
 /// What to read and how to print it; shared by `list` and `watch`.
 #[derive(Debug, Args)]
 pub struct SelectArgs {
@@ -345,88 +203,6 @@ pub struct SelectArgs {
     pub chunk_size: u32,
 }
 
-/// What `-o` takes, for completion: in kubectl's order, with `=` where a value must follow.
-pub const OUTPUT_FORMATS: [&str; 9] = [
-    "json",
-    "yaml",
-    "name",
-    "jsonpath=",
-    "jsonpath-as-json=",
-    "jsonpath-file=",
-    "custom-columns=",
-    "custom-columns-file=",
-    "wide",
-];
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum OutputFormat {
-    Wide,
-    Json,
-    Yaml,
-    Name,
-    Template(TemplateFormat),
-}
-
-impl OutputFormat {
-    /// `-o`'s value, as kubectl reads it; a template is read (and its file too) and parsed here, so that
-    /// a mistake in it is a usage error in kubectl's words.
-    fn parse(value: &str) -> Result<Self, String> {
-        let (format, argument) = match value.split_once('=') {
-            Some((format, argument)) => (format, Some(argument)),
-            None => (value, None),
-        };
-        let read = |path: &str, what: &str| {
-            std::fs::read_to_string(path).map_err(|err| format!("error reading {what} {path}, {err}"))
-        };
-        let jsonpath = |text: &str| {
-            if text.is_empty() {
-                return Err("template format specified but no template given".to_owned());
-            }
-            Template::parse(text).map_err(|err| format!("error parsing jsonpath {text}, {err}"))
-        };
-        Ok(match (format, argument) {
-            ("wide", None) => OutputFormat::Wide,
-            ("json", None) => OutputFormat::Json,
-            ("yaml", None) => OutputFormat::Yaml,
-            ("name", None) => OutputFormat::Name,
-            ("jsonpath", text) => OutputFormat::Template(TemplateFormat::JsonPath(jsonpath(text.unwrap_or(""))?)),
-            ("jsonpath-as-json", text) => {
-                OutputFormat::Template(TemplateFormat::JsonPathAsJson(jsonpath(text.unwrap_or(""))?))
-            }
-            ("jsonpath-file", path) => {
-                let path = path.filter(|p| !p.is_empty()).ok_or("template format specified but no template given")?;
-                OutputFormat::Template(TemplateFormat::JsonPath(jsonpath(&read(path, "--template")?)?))
-            }
-            ("custom-columns", spec) => {
-                OutputFormat::Template(TemplateFormat::Columns(Columns::from_spec(spec.unwrap_or(""))?))
-            }
-            ("custom-columns-file", path) => {
-                let path = path
-                    .filter(|p| !p.is_empty())
-                    .ok_or("custom-columns format specified but no custom columns given")?;
-                OutputFormat::Template(TemplateFormat::Columns(Columns::from_file_text(&read(path, "template")?)?))
-            }
-            _ => {
-                return Err(format!(
-                    "unable to match a printer suitable for the output format {value:?}, allowed formats are: \
-                     custom-columns,custom-columns-file,json,jsonpath,jsonpath-as-json,jsonpath-file,name,wide,yaml"
-                ));
-            }
-        })
-    }
-
-    /// The name kubectl gives this format in its messages.
-    pub fn name(&self) -> &'static str {
-        match self {
-            OutputFormat::Wide => "wide",
-            OutputFormat::Json => "json",
-            OutputFormat::Yaml => "yaml",
-            OutputFormat::Name => "name",
-            OutputFormat::Template(template) => template.name(),
-        }
-    }
-}
-
 #[derive(Debug, Args)]
 pub struct WatchArgs {
     #[command(flatten)]
@@ -490,34 +266,15 @@ pub struct InstallCrdArgs {
 }
 
 /// A duration of at least `MS` milliseconds, for the flags that pace a loop.
-fn at_least<const MS: u64>(text: &str) -> Result<Duration, String> {
+pub(super) fn at_least<const MS: u64>(text: &str) -> Result<Duration, String> {
     crate::duration::at_least(text, Duration::from_millis(MS))
-}
-
-/// The file name this binary was started by, without a directory or `.exe`: `samplectl`; or
-/// `kubectl-samplectl` when kubectl runs it as its plugin, or `kubectl_complete-samplectl` when kubectl
-/// asks that plugin to complete a word.
-pub fn executable_name() -> &'static str {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        let argv0 = std::env::args_os().next().unwrap_or_default();
-        let stem = std::path::Path::new(&argv0).file_stem().map(|s| s.to_string_lossy().into_owned());
-        stem.filter(|s| !s.is_empty()).unwrap_or_else(|| "samplectl".to_owned())
-    })
-}
-
-/// How a plugin's file name reads on kubectl's command line: `kubectl-samplectl` is `kubectl samplectl`,
-/// and, as kubectl maps them, `_` in a plugin's name is `-` on the command line.
-fn plugin_command_line(file_name: &str) -> Option<String> {
-    let plugin = file_name.strip_prefix("kubectl-")?;
-    Some(format!("kubectl {}", plugin.replace('-', " ").replace('_', "-")))
 }
 
 /// The command line's definition, named as it was invoked: run by kubectl as a plugin, help and usage
 /// errors say `kubectl samplectl ...`, which is what was typed.
 pub fn command() -> clap::Command {
     let command = Cli::command();
-    match plugin_command_line(executable_name()) {
+    match plugin::command_line(executable_name()) {
         Some(bin_name) => command.bin_name(bin_name),
         None => command,
     }
@@ -623,48 +380,6 @@ pub enum Resource<'a> {
     Missing,
 }
 
-impl ReconcileArgs {
-    /// This replica's member of the shard ring, with `--shard-ring`.
-    pub fn member(&self) -> Option<Member> {
-        let ring = self.shard_ring.clone()?;
-        let name = self.shard_member.clone().unwrap_or_else(default_member);
-        Some(Member::new(ring, name, incarnation()))
-    }
-
-    /// `--hook` or `--hook-url`, whichever was given.
-    pub fn hook_target(&self) -> Option<&HookTarget> {
-        self.hook.as_ref().or(self.hook_url.as_ref())
-    }
-
-    fn mistake(&self) -> Option<String> {
-        let hooked = self.hook_target().is_some() || !self.filenames.is_empty() || self.from_cluster;
-        if self.watch && self.once && !serves_samples(&self.gvr) && !hooked {
-            return Some(
-                "--once with --watch applies to Samples and hooks only; use --once without --watch to observe once"
-                    .into(),
-            );
-        }
-        if !hooked && !self.children.is_empty() {
-            return Some("--child names a hook's child types; give --hook or --hook-url too".into());
-        }
-        if !hooked && self.finalize {
-            return Some("--finalize calls a hook on deletion; give --hook or --hook-url too".into());
-        }
-        if let Some(ring) = &self.shard_ring {
-            if let Err(problem) = check_ring(ring) {
-                return Some(problem);
-            }
-            if let Some(Err(problem)) = self.member().map(|member| check_member(&member.name)) {
-                return Some(problem);
-            }
-        }
-        if self.leader_elect || self.shard_ring.is_some() {
-            return Election::check_timing(self.lease_duration, self.renew_deadline, self.retry_period).err();
-        }
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -677,26 +392,6 @@ mod tests {
     fn mistake(args: &[&str]) -> Option<String> {
         let cli = Cli::try_parse_from(std::iter::once("samplectl").chain(args.iter().copied())).unwrap();
         cli.check().err().map(|err| err.to_string())
-    }
-
-    #[test]
-    fn output_formats_are_read_as_kubectl_reads_them() {
-        let err = |value: &str| OutputFormat::parse(value).unwrap_err();
-        assert!(matches!(
-            OutputFormat::parse("jsonpath={.a}"),
-            Ok(OutputFormat::Template(TemplateFormat::JsonPath(_)))
-        ));
-        assert_eq!(OutputFormat::parse("wide"), Ok(OutputFormat::Wide));
-        assert!(err("xml").starts_with("unable to match a printer suitable for the output format \"xml\""));
-        assert_eq!(err("jsonpath"), "template format specified but no template given");
-        assert_eq!(err("jsonpath={.a"), "error parsing jsonpath {.a, unclosed action");
-        assert!(err("jsonpath-file=/nonexistent/t").starts_with("error reading --template /nonexistent/t, "));
-        assert!(err("custom-columns-file=/nonexistent/c").starts_with("error reading template /nonexistent/c, "));
-        assert_eq!(err("custom-columns-file="), "custom-columns format specified but no custom columns given");
-        // Through the command line: a usage error, exit 2.
-        let parsed = Cli::try_parse_from(["samplectl", "list", "cm", "-o", "jsonpath={.a"]).unwrap_err();
-        assert_eq!(parsed.exit_code(), 2);
-        assert!(parsed.to_string().contains("error parsing jsonpath {.a, unclosed action"), "{parsed}");
     }
 
     #[test]
