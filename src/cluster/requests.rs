@@ -103,7 +103,7 @@ pub fn classify(method: &Method, path: &str, query: &str, content_type: &str) ->
         [resource, _name] => (resource.to_string(), true),
         [resource, _name, sub, ..] => (format!("{resource}/{sub}"), true),
     };
-    let watching = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
+    let watching = super::deadline::is_watch(query);
     let verb = match *method {
         Method::GET if watching => "watch",
         Method::GET if named => "get",

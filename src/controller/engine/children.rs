@@ -13,11 +13,9 @@ use serde_json::Value;
 use super::request::{Failed, bounded};
 use super::{Applied, Context, failure, key, place, uid};
 use crate::controller::rules::FIELD_MANAGER;
-use crate::controller::rules::children::{
-    CONTROLLER_UID, ChildAction, ChildKey, MANAGED_BY_LABEL, Observed, Update, action, conflict_message, controlled_by,
-};
+use crate::controller::rules::child_write::{ChildWrite, look_again, next_write};
+use crate::controller::rules::children::{ChildKey, Observed, Update, conflict_message, controlled_by};
 use crate::controller::rules::selector::LabelSelector;
-use crate::controller::rules::shard::{DOMAIN, PARENT_LABEL};
 use crate::controller::rules::status::Readiness;
 
 /// What writing one child came to.
@@ -127,9 +125,9 @@ impl Context {
         applied
     }
 
-    /// Writes one child: the copy in hand decides first, then the live object at most twice (once more
-    /// when it may be adopted), so that an object which changes under every attempt is left to the retry
-    /// backoff rather than fought over. A child being deleted is left to go.
+    /// Writes one child: the copy in hand decides first (`rules::child_write`), then the live object at
+    /// most twice (once more when it may be adopted), so that an object which changes under every
+    /// attempt is left to the retry backoff rather than fought over.
     async fn write_child(
         &self,
         parent: &DynamicObject,
@@ -141,56 +139,34 @@ impl Context {
         let api = self.child_api(key.kind, &key.namespace);
         let parent_uid = uid(parent);
         let kind = &self.definition.family.children[key.kind].ar.kind;
-        let mut seen = seen;
-        let mut adopted = false;
+        let (mut seen, mut adopted) = (seen, false);
+        let left = |adopted: bool| Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
         let attempts = if adopt.is_some() { 4 } else { 3 };
         for attempt in 0..attempts {
-            if seen.as_ref().is_some_and(|s| s.metadata.deletion_timestamp.is_some()) {
-                return Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
-            }
-            let planned = action(seen.as_ref(), desired, &parent_uid, adopt);
-            let result = match planned {
-                ChildAction::None if adopted => return Ok(ChildOutcome::Adopted),
-                ChildAction::None => return Ok(ChildOutcome::Unchanged),
-                ChildAction::Adopt => {
-                    let existing = seen.as_ref().expect("an adoption is of an object");
+            let write = next_write(seen.as_ref(), desired, &parent_uid, adopt, self.update_of(key.kind));
+            let result = match &write {
+                ChildWrite::Leave => return left(adopted),
+                ChildWrite::Refuse => {
+                    let existing = seen.as_ref().expect("a refusal is of an object");
+                    let why = conflict_message(&existing.metadata, key, kind, parent, &self.definition.family);
+                    return Ok(ChildOutcome::Conflict(why));
+                }
+                ChildWrite::Adopt(patch) => {
                     // The ControllerRef rules: adopt only for a parent that is, read from the API server
                     // now rather than from a cache that may be behind, still there and not being deleted.
                     let parent_kind = &self.definition.family.parent.ar.kind;
                     if !self.still_there(parent).await.map_err(|f| (format!("reading its {parent_kind}"), f))? {
-                        return Ok(ChildOutcome::Unchanged);
+                        return left(adopted);
                     }
-                    let Some(patch) = claim(existing, desired, true) else {
-                        return Ok(ChildOutcome::Unchanged);
-                    };
                     match self.send(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))).await {
                         Ok(now_ours) => {
-                            adopted = true;
-                            seen = Some(now_ours);
+                            (adopted, seen) = (true, Some(now_ours));
                             continue;
                         }
                         Err(failed) => Err(failed),
                     }
                 }
-                ChildAction::Conflict => {
-                    let existing = seen.as_ref().expect("a conflict is with an object");
-                    let why = conflict_message(&existing.metadata, key, kind, parent, &self.definition.family);
-                    return Ok(ChildOutcome::Conflict(why));
-                }
-                ChildAction::Create => {
-                    let object: DynamicObject = serde_json::from_value(desired.clone())
-                        .map_err(|err| (format!("writing its {kind}"), Failed::Api(kube::Error::SerdeError(err))))?;
-                    let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-                    self.send(api.create(&params, &object)).await.map(|_| ChildOutcome::Created)
-                }
-                // A child the parent controls that samplectl's watches cannot see yet (made by
-                // metacontroller, or adopted): labelled first, so that the strategy then judges only
-                // what the hook wants changed.
-                ChildAction::Update if !labelled(seen.as_ref().expect("an update is of an object"), desired) => {
-                    let existing = seen.as_ref().expect("an update is of an object");
-                    let Some(patch) = claim(existing, desired, false) else {
-                        return Ok(ChildOutcome::Unchanged);
-                    };
+                ChildWrite::Label(patch) => {
                     match self.send(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))).await {
                         Ok(labelled) => {
                             seen = Some(labelled);
@@ -199,22 +175,18 @@ impl Context {
                         Err(failed) => Err(failed),
                     }
                 }
-                ChildAction::Update if self.update_of(key.kind) == Update::OnDelete => {
-                    return Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
+                ChildWrite::Create => {
+                    let object: DynamicObject = serde_json::from_value(desired.clone())
+                        .map_err(|err| (format!("writing its {kind}"), Failed::Api(kube::Error::SerdeError(err))))?;
+                    let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
+                    self.send(api.create(&params, &object)).await.map(|_| ChildOutcome::Created)
                 }
-                ChildAction::Update if self.update_of(key.kind) == Update::Recreate => {
-                    let existing = seen.as_ref().expect("an update is of an object");
-                    // Recreated only for a difference the API server would keep: a value it normalises
-                    // (`1000m` stored as `1`) must not delete and create the child for ever.
-                    let mut body = desired.clone();
-                    body["metadata"]["uid"] = existing.metadata.uid.clone().into();
-                    body["metadata"]["resourceVersion"] = existing.metadata.resource_version.clone().into();
+                ChildWrite::Recreate(body) => {
+                    let existing = seen.as_ref().expect("a recreate is of an object");
                     let mut params = PatchParams::apply(FIELD_MANAGER).force();
                     params.dry_run = true;
-                    match self.send(api.patch(&key.name, &params, &Patch::Apply(&body))).await {
-                        Ok(would_be) if same_object(existing, &would_be) => {
-                            return Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
-                        }
+                    match self.send(api.patch(&key.name, &params, &Patch::Apply(body))).await {
+                        Ok(would_be) if same_object(existing, &would_be) => return left(adopted),
                         Ok(_) => {
                             return match self.delete_child(&parent_uid, key, existing).await {
                                 Ok(true) => Ok(ChildOutcome::Deleted),
@@ -222,31 +194,19 @@ impl Context {
                                 Err(failed) => Err((format!("deleting its {kind} to recreate it"), failed)),
                             };
                         }
-                        // A stale copy: the retry below reads it again.
+                        // A stale copy: read again below.
                         Err(failed) => Err(failed),
                     }
                 }
-                ChildAction::Update => {
-                    let current = seen.as_ref().map(|o| &o.metadata);
-                    let mut body = desired.clone();
-                    body["metadata"]["uid"] = current.and_then(|m| m.uid.clone()).into();
-                    body["metadata"]["resourceVersion"] = current.and_then(|m| m.resource_version.clone()).into();
+                ChildWrite::Apply(body) => {
                     let params = PatchParams::apply(FIELD_MANAGER).force();
-                    self.send(api.patch(&key.name, &params, &Patch::Apply(&body))).await.map(|_| ChildOutcome::Updated)
+                    self.send(api.patch(&key.name, &params, &Patch::Apply(body))).await.map(|_| ChildOutcome::Updated)
                 }
             };
             match result {
                 Ok(outcome) => return Ok(outcome),
-                // A create's 409: the name was taken. An update's 409: the object is not the version read,
-                // or is gone (uid mismatch); its 422: replaced by one with another uid (immutable). Either
-                // way, look again, unless out of tries.
-                Err(failed)
-                    if attempt + 1 < attempts
-                        && (failed.status() == Some(409)
-                            || (matches!(planned, ChildAction::Update | ChildAction::Adopt)
-                                && matches!(failed.status(), Some(404 | 422)))) =>
-                {
-                    if planned == ChildAction::Create {
+                Err(failed) if attempt + 1 < attempts && look_again(&write, failed.status()) => {
+                    if write == ChildWrite::Create {
                         self.memory.conflicts.note(&parent_uid, place(parent), key);
                     }
                     seen = bounded(api.get_opt(&key.name)).await.map_err(|f| (format!("reading its {kind}"), f))?;
@@ -290,53 +250,6 @@ impl Context {
         }
         Ok(false)
     }
-}
-
-/// Whether `existing` carries the labels samplectl marks the children it manages with (and the
-/// `controller-uid` one, when the hook's child has it).
-fn labelled(existing: &DynamicObject, desired: &Value) -> bool {
-    let labels = existing.metadata.labels.as_ref();
-    marks(desired).all(|key| match desired["metadata"]["labels"][key].as_str() {
-        Some(want) => labels.and_then(|l| l.get(key)).map(String::as_str) == Some(want),
-        None => true,
-    })
-}
-
-/// The keys of the labels samplectl marks its children with: its own, the `controller-uid` one, and
-/// in a shard ring the member's and the parent's uid.
-fn marks(desired: &Value) -> impl Iterator<Item = &str> {
-    let shard = desired["metadata"]["labels"].as_object().into_iter().flat_map(|labels| labels.keys());
-    let shard =
-        shard.map(String::as_str).filter(|key| key.strip_prefix(DOMAIN).is_some_and(|rest| rest.starts_with('/')));
-    [MANAGED_BY_LABEL, CONTROLLER_UID, PARENT_LABEL].into_iter().chain(shard)
-}
-
-/// The merge patch that marks `existing` as the parent's: samplectl's labels (so its watches see the
-/// child) and, with `adopt`, the parent's controller reference beside the owners it has. Only if it is
-/// still the object read (its uid and resourceVersion, both required), so an object that changed hands
-/// in between is never taken. `None` when the object read has no uid or resourceVersion to hold it to.
-fn claim(existing: &DynamicObject, desired: &Value, adopt: bool) -> Option<Value> {
-    let (uid, version) = (existing.metadata.uid.as_ref()?, existing.metadata.resource_version.as_ref()?);
-    let mut labels = serde_json::Map::new();
-    for key in marks(desired) {
-        if let Some(value) = desired["metadata"]["labels"].get(key) {
-            labels.insert(key.to_owned(), value.clone());
-        }
-    }
-    let mut metadata = serde_json::json!({"uid": uid, "resourceVersion": version, "labels": labels});
-    if adopt {
-        let mut owners: Vec<Value> = existing
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
-            .collect();
-        let ours = desired["metadata"]["ownerReferences"].as_array().into_iter().flatten();
-        owners.extend(ours.filter(|r| r["controller"] == true).cloned());
-        metadata["ownerReferences"] = owners.into();
-    }
-    Some(serde_json::json!({ "metadata": metadata }))
 }
 
 /// Whether a server-side dry run of the wanted child left it as it is (what only the server keeps aside).
