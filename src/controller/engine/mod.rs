@@ -33,14 +33,14 @@ use kube::{Client, Resource};
 use serde_json::Value;
 
 use super::rules::children::{
-    Adoption, CONTROLLER_UID, ChildKey, Family, Observed, Update, controlled_by, managed_selector,
+    Adoption, ChildKey, Family, Marks, Observed, Update, controlled_by, desired_children, managed_selector,
 };
-use super::rules::decorate::DECORATOR_ANNOTATION;
-use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step};
-use super::rules::next::{Done, FINALIZE_RECHECK, Outcome};
+use super::rules::decorate::made_by;
+use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step, gc_finalizing};
+use super::rules::next::{Done, FINALIZE_RECHECK, Outcome, outcome};
 use super::rules::selector::ParentSelector;
-use super::rules::shard::{Member, PARENT_LABEL};
-use super::rules::status::{Readiness, summary};
+use super::rules::shard::Member;
+use super::rules::status::{Readiness, StatusPlan, plan as status_plan};
 use super::serve::Serving;
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
@@ -368,7 +368,7 @@ impl Context {
         };
         // While the garbage collector deletes a parent in the foreground (or orphans its children), the
         // children are its business: the hook is still asked, but nothing is written for them.
-        let applied = match parent.metadata.deletion_timestamp.is_some() && gc_finalizing(&parent) {
+        let applied = match gc_finalizing(&parent.metadata) {
             true => Applied::default(),
             false => self.apply_children(&parent, &children, &desired).await,
         };
@@ -381,17 +381,14 @@ impl Context {
                 .await
                 .map_err(|f| failure(&object, "writing its labels and annotations", f))?;
         }
-        let status = match decorator {
-            false => self.write_status(&parent, answer.status.clone(), applied.problem.as_ref(), true).await,
-            // A decorator's status: only where the object has a status subresource, and only when one is
-            // answered (null keeps it as it is) or the attachments have a problem to report.
-            true if self.definition.family.parent.subresources.iter().any(|s| s == "status")
-                && (answer.status.is_some() || applied.problem.is_some()) =>
-            {
-                let answered = answer.status.clone().or_else(|| parent.data.get("status").cloned());
-                self.write_status(&parent, answered, applied.problem.as_ref(), false).await
+        let has_status = self.definition.family.parent.subresources.iter().any(|s| s == "status");
+        let current = parent.data.get("status");
+        let status = match status_plan(decorator, has_status, answer.status.clone(), current, applied.problem.is_some())
+        {
+            StatusPlan::Write { answered, observed_generation } => {
+                self.write_status(&parent, answered, applied.problem.as_ref(), observed_generation).await
             }
-            true => Ok((parent.data.get("status").cloned().unwrap_or(Value::Null), false)),
+            StatusPlan::Keep => Ok((current.cloned().unwrap_or(Value::Null), false)),
         };
         // The hook says cleaning up is done: the finalizer goes, whatever a child or the status could not
         // be written (a namespace being deleted refuses every create), or the parent would never go.
@@ -419,53 +416,24 @@ impl Context {
             let resync_after = Some(answer.resync_after.unwrap_or(FINALIZE_RECHECK));
             return Ok(Done { outcome: Outcome::Finalizing, resync_after, wrote });
         }
-        let outcome = match summary(&status) {
-            Some(readiness) if !readiness.ready && !applied.conflicts.is_empty() => Outcome::Conflict(readiness.reason),
-            Some(readiness) if !readiness.ready => Outcome::NotReady(readiness.reason),
-            _ => Outcome::Ready,
-        };
+        let outcome = outcome(&status, !applied.conflicts.is_empty());
         Ok(Done { outcome, resync_after: answer.resync_after, wrote })
     }
 
-    /// The children the sync answered, each checked and marked as the parent's, in the answer's order; the
-    /// whole answer is refused if one of them cannot be, or one is answered twice.
+    /// The children the sync answered, checked and marked (`rules::children::desired_children`); an
+    /// answer refused is the sync failing.
     fn desired_children(
         &self,
         parent: &DynamicObject,
         answer: &Answer,
     ) -> Result<Vec<(ChildKey, Value)>, ReconcileError> {
-        let mut desired = Vec::new();
-        let mut seen = HashSet::new();
-        for child in &answer.children {
-            let (key, mut body) = self.definition.family.own(parent, child).map_err(|problem| {
-                self.sync_failed(
-                    parent,
-                    format!("{} answered a child samplectl refuses: {problem}", self.definition.sync.name()),
-                )
-            })?;
-            if self.definition.adoption == Some(Adoption::ControllerUid) {
-                let labels = &mut body["metadata"]["labels"];
-                if labels.get(CONTROLLER_UID).is_none() {
-                    labels[CONTROLLER_UID] = uid(parent).into();
-                }
-            }
-            if let Some(member) = &self.writer.member {
-                let labels = &mut body["metadata"]["labels"];
-                labels[member.label()] = member.incarnation.clone().into();
-                labels[PARENT_LABEL] = uid(parent).into();
-            }
-            if self.definition.sync.shape() == Shape::Decorator {
-                body["metadata"]["annotations"][DECORATOR_ANNOTATION] = self.definition.name.clone().into();
-            }
-            if !seen.insert(key.clone()) {
-                let kind = &self.definition.family.children[key.kind].ar.kind;
-                return Err(
-                    self.sync_failed(parent, format!("{} answered {kind} {key} twice", self.definition.sync.name()))
-                );
-            }
-            desired.push((key, body));
-        }
-        Ok(desired)
+        let marks = Marks {
+            controller_uid: self.definition.adoption == Some(Adoption::ControllerUid),
+            member: self.writer.member.as_ref(),
+            decorator: (self.sync().shape() == Shape::Decorator).then_some(self.definition.name.as_str()),
+        };
+        desired_children(&self.definition.family, parent, &answer.children, marks)
+            .map_err(|refused| self.sync_failed(parent, format!("{} {refused}", self.sync().name())))
     }
 
     /// The sync could not be used: nothing is changed for this parent; a log line, a Warning event, and
@@ -493,16 +461,6 @@ impl Context {
         let reason = format!("{kind}{}", capitalized(word));
         self.event(parent, Kind::Normal, &reason, format!("{kind} {} {word}", child.name));
     }
-}
-
-/// Whether the object `meta` describes carries the decorator annotation naming `controller`.
-fn made_by(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, controller: &str) -> bool {
-    meta.annotations.as_ref().and_then(|a| a.get(DECORATOR_ANNOTATION)).is_some_and(|c| c == controller)
-}
-
-/// Whether the garbage collector is deleting `parent` in the foreground or orphaning its children.
-fn gc_finalizing(parent: &DynamicObject) -> bool {
-    parent.metadata.finalizers.iter().flatten().any(|f| f == "foregroundDeletion" || f == "orphan")
 }
 
 fn capitalized(word: &str) -> String {

@@ -11,7 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
+use super::decorate::DECORATOR_ANNOTATION;
 use super::selector::LabelSelector;
+use super::shard::{Member, PARENT_LABEL};
 use crate::cluster::resolve::Resolved;
 
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -260,6 +262,51 @@ impl Adoption {
             }
         }
     }
+}
+
+/// What samplectl adds to every desired child besides the parent's label and controller reference.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Marks<'a> {
+    /// The parent's uid as the `controller-uid` label, where the hook did not set it (metacontroller's
+    /// adoption by that label).
+    pub controller_uid: bool,
+    /// In a shard ring, this member's label and the parent's uid.
+    pub member: Option<&'a Member>,
+    /// A DecoratorController's name, on its attachments.
+    pub decorator: Option<&'a str>,
+}
+
+/// The children a sync answered, each checked and made the parent's (`Family::own`) and marked, in the
+/// answer's order; the whole answer is refused, with the reason, if one of them cannot be, or one is
+/// answered twice.
+pub fn desired_children(
+    family: &Family,
+    parent: &DynamicObject,
+    answered: &[Value],
+    marks: Marks<'_>,
+) -> Result<Vec<(ChildKey, Value)>, String> {
+    let parent_uid = parent.metadata.uid.clone().unwrap_or_default();
+    let mut desired: Vec<(ChildKey, Value)> = Vec::new();
+    for child in answered {
+        let (key, mut body) =
+            family.own(parent, child).map_err(|problem| format!("answered a child samplectl refuses: {problem}"))?;
+        let labels = &mut body["metadata"]["labels"];
+        if marks.controller_uid && labels.get(CONTROLLER_UID).is_none() {
+            labels[CONTROLLER_UID] = parent_uid.clone().into();
+        }
+        if let Some(member) = marks.member {
+            labels[member.label()] = member.incarnation.clone().into();
+            labels[PARENT_LABEL] = parent_uid.clone().into();
+        }
+        if let Some(decorator) = marks.decorator {
+            body["metadata"]["annotations"][DECORATOR_ANNOTATION] = decorator.into();
+        }
+        if desired.iter().any(|(seen, _)| *seen == key) {
+            return Err(format!("answered {} {key} twice", family.children[key.kind].ar.kind));
+        }
+        desired.push((key, body));
+    }
+    Ok(desired)
 }
 
 /// What to do about the object `existing` of a desired child's name, if any. An orphan (no controller
@@ -553,5 +600,37 @@ mod tests {
             ChildAction::Conflict,
             "no adoption"
         );
+    }
+
+    #[test]
+    fn an_answer_is_marked_whole_or_refused_whole() {
+        let f = family(true);
+        let p = parent(Some("ns"));
+        let cm = |name: &str, labels: Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                                    "metadata": {"name": name, "labels": labels}})
+        };
+        let member = Member::new("ring".into(), "m1".into(), "abc123");
+        let marks = Marks { controller_uid: true, member: Some(&member), decorator: Some("deco") };
+        let answered = [cm("b", json!({})), cm("a", json!({CONTROLLER_UID: "set-by-the-hook"}))];
+        let desired = desired_children(&f, &p, &answered, marks).unwrap();
+        let names: Vec<&str> = desired.iter().map(|(key, _)| key.name.as_str()).collect();
+        assert_eq!(names, ["b", "a"], "in the answer's order");
+        let labels = &desired[0].1["metadata"]["labels"];
+        assert_eq!(labels[CONTROLLER_UID], "uid-w");
+        assert_eq!(labels[member.label()], "m1_abc123");
+        assert_eq!(labels[PARENT_LABEL], "uid-w");
+        assert_eq!(desired[0].1["metadata"]["annotations"][DECORATOR_ANNOTATION], "deco");
+        assert_eq!(desired[1].1["metadata"]["labels"][CONTROLLER_UID], "set-by-the-hook", "the hook's own kept");
+
+        let plain = desired_children(&f, &p, &answered[..1], Marks::default()).unwrap();
+        let labels = plain[0].1["metadata"]["labels"].as_object().unwrap();
+        assert_eq!(labels.keys().collect::<Vec<_>>(), [MANAGED_BY_LABEL], "{labels:?}");
+        assert!(plain[0].1["metadata"].get("annotations").is_none());
+
+        let twice = desired_children(&f, &p, &[cm("a", json!({})), cm("a", json!({}))], Marks::default());
+        assert_eq!(twice.unwrap_err(), "answered ConfigMap ns/a twice");
+        let refused = desired_children(&f, &p, &[cm("a", json!({})), json!("text")], Marks::default());
+        assert_eq!(refused.unwrap_err(), "answered a child samplectl refuses: a child must be an object, not a string");
     }
 }

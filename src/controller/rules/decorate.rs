@@ -42,6 +42,12 @@ pub fn metadata_patch(
     Some(json!({ "metadata": metadata }))
 }
 
+/// Whether the object `meta` describes is an attachment of the decorator `controller` (another
+/// decorator's attachments of the same object are not its).
+pub fn made_by(meta: &ObjectMeta, controller: &str) -> bool {
+    meta.annotations.as_ref().and_then(|a| a.get(DECORATOR_ANNOTATION)).is_some_and(|c| c == controller)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +69,14 @@ mod tests {
         assert_eq!(patch, json!({"metadata": {"resourceVersion": "7", "labels": {"keep": "2", "drop": null}}}));
         let patch = metadata_patch(&meta, &none, &updates(&[("note", Some("hi"))])).unwrap();
         assert_eq!(patch, json!({"metadata": {"resourceVersion": "7", "annotations": {"note": "hi"}}}));
+    }
+
+    #[test]
+    fn an_attachment_is_the_decorator_s_that_made_it() {
+        let meta = |annotations: Option<BTreeMap<String, String>>| ObjectMeta { annotations, ..ObjectMeta::default() };
+        let by = |name: &str| Some(BTreeMap::from([(DECORATOR_ANNOTATION.to_owned(), name.to_owned())]));
+        assert!(made_by(&meta(by("deco")), "deco"));
+        assert!(!made_by(&meta(by("other")), "deco"));
+        assert!(!made_by(&meta(None), "deco"));
     }
 }

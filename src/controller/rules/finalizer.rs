@@ -3,6 +3,8 @@
 //! being deleted, and whether the controller's selector still takes it in. The engine takes the step and
 //! then syncs, or stops.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
 /// The finalizer `--finalize` puts on each parent. A CompositeController's or DecoratorController's is
 /// metacontroller's own name for it, so that either engine finishes what the other started.
 pub const FINALIZER: &str = "samplectl.io/finalizer";
@@ -74,6 +76,13 @@ pub fn holds(finalizers: Option<&[String]>, name: &str) -> bool {
     finalizers.into_iter().flatten().any(|f| f == name)
 }
 
+/// Whether the garbage collector is deleting the object `meta` describes in the foreground, or orphaning
+/// its children: then the children are its business, and nothing is written for them.
+pub fn gc_finalizing(meta: &ObjectMeta) -> bool {
+    meta.deletion_timestamp.is_some()
+        && meta.finalizers.iter().flatten().any(|f| f == "foregroundDeletion" || f == "orphan")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +122,19 @@ mod tests {
             metacontroller_finalizer("CompositeController", "catset"),
             "metacontroller.io/compositecontroller-catset"
         );
+    }
+
+    #[test]
+    fn children_are_the_garbage_collector_s_while_it_deletes_in_the_foreground_or_orphans() {
+        let meta = |deleting: bool, finalizer: &str| ObjectMeta {
+            deletion_timestamp: deleting
+                .then(|| serde_json::from_value(serde_json::json!("2026-11-26T10:00:00Z")).unwrap()),
+            finalizers: Some(vec![finalizer.to_owned()]),
+            ..ObjectMeta::default()
+        };
+        assert!(gc_finalizing(&meta(true, "foregroundDeletion")));
+        assert!(gc_finalizing(&meta(true, "orphan")));
+        assert!(!gc_finalizing(&meta(true, "samplectl.io/finalizer")));
+        assert!(!gc_finalizing(&meta(false, "foregroundDeletion")), "not being deleted yet");
     }
 }

@@ -6,6 +6,10 @@
 
 use std::time::Duration;
 
+use serde_json::Value;
+
+use super::status::summary;
+
 /// While a hook has not yet said `finalized`, how soon it is asked again when it gave no resyncAfterSeconds.
 pub const FINALIZE_RECHECK: Duration = Duration::from_secs(5);
 
@@ -69,6 +73,16 @@ pub struct Next {
     pub settled: bool,
     /// Not Ready, and why (`--once` names it).
     pub not_ready: Option<String>,
+}
+
+/// How a reconcile that wrote (or kept) `status` ended: Ready unless its Ready condition is False, and a
+/// conflict when that is because an object in the way of a child is someone else's.
+pub fn outcome(status: &Value, conflicted: bool) -> Outcome {
+    match summary(status) {
+        Some(readiness) if !readiness.ready && conflicted => Outcome::Conflict(readiness.reason),
+        Some(readiness) if !readiness.ready => Outcome::NotReady(readiness.reason),
+        _ => Outcome::Ready,
+    }
 }
 
 /// What follows a reconcile that ended as `ended` (a failure as the reason it gives).
@@ -147,5 +161,14 @@ mod tests {
                 not_ready: Some("syncing: the hook exited 1".into())
             }
         );
+    }
+
+    #[test]
+    fn the_status_written_says_how_the_reconcile_ended() {
+        let ready = |flag: &str, reason: &str| serde_json::json!({"conditions": [{"type": "Ready", "status": flag, "reason": reason, "message": ""}]});
+        assert_eq!(outcome(&ready("True", "Synced"), false), Outcome::Ready);
+        assert_eq!(outcome(&serde_json::json!({"phase": "Up"}), true), Outcome::Ready, "no Ready condition");
+        assert_eq!(outcome(&ready("False", "Waiting"), false), Outcome::NotReady("Waiting".into()));
+        assert_eq!(outcome(&ready("False", "ConfigMapConflict"), true), Outcome::Conflict("ConfigMapConflict".into()));
     }
 }

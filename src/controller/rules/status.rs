@@ -193,6 +193,36 @@ pub fn summary(status: &Value) -> Option<Readiness> {
     })
 }
 
+/// What a reconcile does with the parent's status once the children are written.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatusPlan {
+    /// Write this status, with the children's problem (if any) in `Ready`, and `observedGeneration`
+    /// where asked.
+    Write { answered: Option<Value>, observed_generation: bool },
+    /// Leave it as it is.
+    Keep,
+}
+
+/// What to do with the status: a CompositeController's parent gets the sync's status (null meaning none)
+/// with `observedGeneration`, as metacontroller writes it; a decorated object only where it has a status
+/// subresource, and only when the sync answered one (null keeps it as it is) or its attachments have a
+/// problem to report.
+pub fn plan(
+    decorator: bool,
+    status_subresource: bool,
+    answered: Option<Value>,
+    current: Option<&Value>,
+    problem: bool,
+) -> StatusPlan {
+    match decorator {
+        false => StatusPlan::Write { answered, observed_generation: true },
+        true if status_subresource && (answered.is_some() || problem) => {
+            StatusPlan::Write { answered: answered.or_else(|| current.cloned()), observed_generation: false }
+        }
+        true => StatusPlan::Keep,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,5 +300,27 @@ mod tests {
         let b = json!({"conditions": [{"type": "Ready", "lastTransitionTime": "t2"}], "n": 1});
         assert!(same_status(&a, &b));
         assert!(!same_status(&a, &json!({"conditions": [{"type": "Ready"}], "n": 2})));
+    }
+
+    #[test]
+    fn a_composite_parent_always_gets_the_sync_s_status_and_a_decorated_one_only_where_it_can() {
+        let answered = Some(json!({"phase": "Up"}));
+        let current = json!({"phase": "Old"});
+        assert_eq!(
+            plan(false, false, None, Some(&current), false),
+            StatusPlan::Write { answered: None, observed_generation: true },
+            "a null status is written as none, as metacontroller does"
+        );
+        assert_eq!(
+            plan(true, true, answered.clone(), Some(&current), false),
+            StatusPlan::Write { answered, observed_generation: false }
+        );
+        assert_eq!(plan(true, true, None, Some(&current), false), StatusPlan::Keep, "null keeps it");
+        assert_eq!(
+            plan(true, true, None, Some(&current), true),
+            StatusPlan::Write { answered: Some(current.clone()), observed_generation: false },
+            "a problem is reported on the status it has"
+        );
+        assert_eq!(plan(true, false, Some(json!({})), Some(&current), true), StatusPlan::Keep, "no subresource");
     }
 }
