@@ -125,7 +125,7 @@ pub fn out_of_reach(err: &kube::Error) -> bool {
 
 /// Whether a failure will pass by itself: the server is away, restarting or overloaded (a 5xx, 429, or
 /// no answer). Anything else (forbidden, not found, bad request) would fail again the same way.
-pub fn passes(err: &anyhow::Error) -> bool {
+pub fn transient(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| match cause.downcast_ref::<kube::Error>() {
         Some(kube::Error::Api(status)) => status.code >= 500 || status.code == 429,
         Some(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
@@ -201,7 +201,7 @@ mod tests {
         assert!(describe(&closed).ends_with(": connection closed before message completed"));
         let listing = anyhow::Error::new(closed).context("cannot list samples");
         assert!(describe_any(&listing).starts_with("unable to connect to the server "), "{}", describe_any(&listing));
-        assert!(passes(&listing) && out_of_reach(&refused()));
+        assert!(transient(&listing) && out_of_reach(&refused()));
     }
 
     #[test]
@@ -209,7 +209,9 @@ mod tests {
         let forbidden = status(403, "Forbidden", "no");
         assert_eq!(status_code(&forbidden), Some(403));
         assert!(!out_of_reach(&forbidden) && out_of_reach(&status(503, "ServiceUnavailable", "later")));
-        assert!(!passes(&anyhow::Error::new(forbidden)) && passes(&anyhow::Error::new(status(429, "TooMany", ""))));
+        assert!(
+            !transient(&anyhow::Error::new(forbidden)) && transient(&anyhow::Error::new(status(429, "TooMany", "")))
+        );
         assert!(is_not_found(&anyhow::Error::new(status(404, "NotFound", "gone")).context("reading")));
     }
 

@@ -24,7 +24,7 @@ use kube::api::ListParams;
 
 use crate::cli::{self, Resource, ids};
 use crate::cluster::client::{self, ClientOptions, Connection};
-use crate::cluster::read::{Shape, Target, list_all};
+use crate::cluster::read::{ReadAs, Target, list_all};
 use crate::cluster::resolve::{Gvr, gvr_names, resolve_gvr, resolve_names, resource_names};
 
 /// The variable the shell scripts set when they call samplectl back, as `COMPLETE=bash samplectl` does.
@@ -205,7 +205,7 @@ async fn object_names(conn: Connection, resource: Resource<'_>, namespace: Optio
     };
     let namespace = resolved.namespaced.then(|| namespace.unwrap_or(&conn.default_namespace).to_owned());
     let target = Target { resolved, namespace };
-    let page = list_all(&conn.client, &target, &ListParams::default().limit(500), Shape::Table).await?;
+    let page = list_all(&conn.client, &target, &ListParams::default().limit(500), ReadAs::Table).await?;
     Ok(page.items.into_iter().map(|item| item.name).collect())
 }
 

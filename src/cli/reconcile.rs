@@ -11,7 +11,7 @@ use crate::controller::crd::serves_samples;
 use crate::controller::leader::Election;
 use crate::controller::leader::{default_member, incarnation};
 use crate::controller::rules::shard::{Member, check_member, check_ring};
-use crate::controller::sync::hook::Target as HookTarget;
+use crate::controller::sync::hook::Address;
 
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
@@ -112,13 +112,13 @@ pub struct ReconcileArgs {
 
     /// Reconcile --gvr with this command as its sync hook (metacontroller's CompositeController protocol):
     /// the request on its stdin, the answer on its stdout; split into words like a shell, run without one
-    #[arg(long, value_name = "COMMAND", value_parser = HookTarget::command, conflicts_with = "hook_url", help_heading = "Hooks",
+    #[arg(long, value_name = "COMMAND", value_parser = Address::command, conflicts_with = "hook_url", help_heading = "Hooks",
           value_hint = ValueHint::ExecutablePath)]
-    pub hook: Option<HookTarget>,
+    pub hook: Option<Address>,
 
     /// Reconcile --gvr with the sync hook at this URL: the request POSTed as JSON, the answer in a 200 response
-    #[arg(long, value_name = "URL", value_parser = HookTarget::url, help_heading = "Hooks")]
-    pub hook_url: Option<HookTarget>,
+    #[arg(long, value_name = "URL", value_parser = Address::url, help_heading = "Hooks")]
+    pub hook_url: Option<Address>,
 
     /// A child type the hook may manage, as GROUP/VERSION/RESOURCE (v1/configmaps, apps/v1/deployments);
     /// repeat for each
@@ -163,7 +163,7 @@ impl ReconcileArgs {
     }
 
     /// `--hook` or `--hook-url`, whichever was given.
-    pub fn hook_target(&self) -> Option<&HookTarget> {
+    pub fn hook_target(&self) -> Option<&Address> {
         self.hook.as_ref().or(self.hook_url.as_ref())
     }
 

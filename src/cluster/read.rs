@@ -24,7 +24,7 @@ const TABLE_ACCEPT: &str =
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
+pub enum ReadAs {
     Table,
     /// A Table whose rows carry their whole objects (`includeObject=Object`), for `--sort-by`.
     TableWithObjects,
@@ -86,11 +86,11 @@ pub struct Page {
     pub items: Vec<Item>,
 }
 
-fn with_accept(mut req: http::Request<Vec<u8>>, shape: Shape) -> http::Request<Vec<u8>> {
-    if shape != Shape::Objects {
+fn with_accept(mut req: http::Request<Vec<u8>>, shape: ReadAs) -> http::Request<Vec<u8>> {
+    if shape != ReadAs::Objects {
         req.headers_mut().insert(ACCEPT, HeaderValue::from_static(TABLE_ACCEPT));
     }
-    if shape == Shape::TableWithObjects {
+    if shape == ReadAs::TableWithObjects {
         let uri = req.uri().to_string();
         let joined = if uri.contains('?') {
             format!("{uri}&includeObject=Object")
@@ -136,7 +136,7 @@ where
     })
 }
 
-pub async fn list_page(client: &Client, target: &Target, lp: &ListParams, shape: Shape) -> Result<Page> {
+pub async fn list_page(client: &Client, target: &Target, lp: &ListParams, shape: ReadAs) -> Result<Page> {
     let req = Request::new(target.path()).list(lp).context("cannot build the list request")?;
     let body: Value = client.request(with_accept(req, shape)).await?;
     Ok(parse_page(body, &target.resolved))
@@ -147,14 +147,14 @@ pub fn list_pages<'a>(
     client: &'a Client,
     target: &'a Target,
     lp: &ListParams,
-    shape: Shape,
+    shape: ReadAs,
 ) -> impl Stream<Item = Result<Page>> + 'a {
     pages(lp.clone(), move |lp| async move { list_page(client, target, &lp, shape).await })
 }
 
 /// Every page of a list, for callers that need the whole of it (a watch's starting state): the list's
 /// resourceVersion (the last page's), the Table's columns if any, and all items.
-pub async fn list_all(client: &Client, target: &Target, lp: &ListParams, shape: Shape) -> Result<Page> {
+pub async fn list_all(client: &Client, target: &Target, lp: &ListParams, shape: ReadAs) -> Result<Page> {
     list_pages(client, target, lp, shape)
         .try_fold(Page::default(), |mut all, page| async move {
             all.columns = all.columns.or(page.columns);
@@ -171,7 +171,7 @@ pub async fn get_one(
     target: &Target,
     name: &str,
     subresource: Option<&str>,
-    shape: Shape,
+    shape: ReadAs,
 ) -> Result<Page> {
     let request = Request::new(target.path());
     let req = match subresource {
@@ -193,7 +193,7 @@ pub async fn watch_lines(
     target: &Target,
     wp: &WatchParams,
     resource_version: &str,
-    shape: Shape,
+    shape: ReadAs,
 ) -> Result<impl Stream<Item = std::io::Result<String>> + use<>, kube::Error> {
     let req = Request::new(target.path()).watch(wp, resource_version).map_err(kube::Error::BuildRequest)?;
     let body = client.request_stream(with_accept(req, shape)).await?;
@@ -221,7 +221,7 @@ pub fn parse_page(mut body: Value, resolved: &Resolved) -> Page {
 }
 
 /// A Table row; its `object` is the row's PartialObjectMetadata, or the whole object when it was asked
-/// for (`Shape::TableWithObjects`), which the item then keeps.
+/// for (`ReadAs::TableWithObjects`), which the item then keeps.
 pub fn row_item(mut row: Value) -> Item {
     let cells = match row["cells"].take() {
         Value::Array(cells) => cells,

@@ -19,7 +19,7 @@ use kube::runtime::watcher::DefaultBackoff;
 use serde_json::Value;
 
 use super::changes::{Change, diff};
-use super::read::{Column, Item, Shape, Target, list_all, object_item, row_item, watch_lines};
+use super::read::{Column, Item, ReadAs, Target, list_all, object_item, row_item, watch_lines};
 
 /// The server ends a watch after this long; a stream silent for longer than that (plus slack) is dead,
 /// for example because the server was frozen, and is reopened.
@@ -36,7 +36,7 @@ pub enum Event {
     Failed(String),
 }
 
-pub fn parse_event(line: &str, shape: Shape, target: &Target) -> Result<Event> {
+pub fn parse_event(line: &str, shape: ReadAs, target: &Target) -> Result<Event> {
     let mut event: Value = serde_json::from_str(line).context("the server sent a watch event that is not JSON")?;
     let object = event["object"].take();
     let change = match event["type"].as_str() {
@@ -54,14 +54,14 @@ pub fn parse_event(line: &str, shape: Shape, target: &Target) -> Result<Event> {
         other => bail!("the server sent a watch event of unknown type {other:?}"),
     };
     let item = match shape {
-        Shape::Table | Shape::TableWithObjects => {
+        ReadAs::Table | ReadAs::TableWithObjects => {
             let mut object = object;
             match object["rows"].get_mut(0).map(Value::take) {
                 Some(row) => row_item(row),
                 None => bail!("the server sent a Table watch event without a row"),
             }
         }
-        Shape::Objects => object_item(object, &target.resolved),
+        ReadAs::Objects => object_item(object, &target.resolved),
     };
     Ok(Event::Change(change, item))
 }
@@ -100,7 +100,7 @@ type Lines = Pin<Box<dyn Stream<Item = std::io::Result<String>>>>;
 pub struct ChangeStream {
     client: Client,
     target: Target,
-    shape: Shape,
+    shape: ReadAs,
     lp: ListParams,
     wp: WatchParams,
     /// What has been handed on, by uid, as last handed on.
@@ -111,7 +111,7 @@ pub struct ChangeStream {
 }
 
 impl ChangeStream {
-    pub fn new(client: Client, target: Target, shape: Shape, selectors: Selectors) -> Self {
+    pub fn new(client: Client, target: Target, shape: ReadAs, selectors: Selectors) -> Self {
         let lp = selectors.list_params();
         let wp = WatchParams {
             label_selector: selectors.labels,
@@ -210,7 +210,7 @@ impl ChangeStream {
             Err(err) if crate::error::status_code(&err) == Some(410) => self.relist().await.map(Some),
             Err(err) => {
                 let err = anyhow::Error::new(err);
-                if !crate::error::passes(&err) {
+                if !crate::error::transient(&err) {
                     return Err(err);
                 }
                 self.pause(&crate::error::describe_any(&err)).await;
@@ -225,7 +225,7 @@ impl ChangeStream {
         let page = loop {
             match list_all(&self.client, &self.target, &self.lp, self.shape).await {
                 Ok(page) => break page,
-                Err(err) if crate::error::passes(&err) => self.pause(&crate::error::describe_any(&err)).await,
+                Err(err) if crate::error::transient(&err) => self.pause(&crate::error::describe_any(&err)).await,
                 Err(err) => return Err(err),
             }
         };
@@ -281,7 +281,7 @@ mod tests {
     fn events_are_understood() {
         let t = target();
         let added = r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"5"}}}"#;
-        match parse_event(added, Shape::Objects, &t).unwrap() {
+        match parse_event(added, ReadAs::Objects, &t).unwrap() {
             Event::Change(Change::Added, item) => {
                 assert_eq!((item.name.as_str(), item.resource_version.as_str()), ("a", "5"));
                 assert_eq!(item.object.unwrap()["kind"], "ConfigMap");
@@ -291,15 +291,15 @@ mod tests {
         let row = r#"{"type":"MODIFIED","object":{"kind":"Table","rows":[{"cells":["a","1"],
             "object":{"metadata":{"name":"a","uid":"u","resourceVersion":"6"}}}]}}"#
             .replace('\n', "");
-        match parse_event(&row, Shape::Table, &t).unwrap() {
+        match parse_event(&row, ReadAs::Table, &t).unwrap() {
             Event::Change(Change::Modified, item) => assert_eq!(item.cells.unwrap().len(), 2),
             other => panic!("{other:?}"),
         }
         let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"Table","metadata":{"resourceVersion":"77"}}}"#;
-        assert!(matches!(parse_event(bookmark, Shape::Table, &t).unwrap(), Event::Bookmark(rv) if rv == "77"));
+        assert!(matches!(parse_event(bookmark, ReadAs::Table, &t).unwrap(), Event::Bookmark(rv) if rv == "77"));
         let gone = r#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}}"#;
-        assert!(matches!(parse_event(gone, Shape::Objects, &t).unwrap(), Event::Gone));
-        assert!(parse_event("not json", Shape::Objects, &t).is_err());
+        assert!(matches!(parse_event(gone, ReadAs::Objects, &t).unwrap(), Event::Gone));
+        assert!(parse_event("not json", ReadAs::Objects, &t).is_err());
     }
 
     #[tokio::test]
@@ -318,7 +318,7 @@ mod tests {
         let mut stream = ChangeStream {
             client: kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap(),
             target: target(),
-            shape: Shape::Objects,
+            shape: ReadAs::Objects,
             lp: ListParams::default(),
             wp: WatchParams::default(),
             known: HashMap::new(),

@@ -9,7 +9,7 @@ use kube::api::ListParams;
 
 use crate::cli::{ListArgs, SelectArgs};
 use crate::cluster::client::Connection;
-use crate::cluster::read::{Item, Page, Shape, Target, get_one, list_pages};
+use crate::cluster::read::{Item, Page, ReadAs, Target, get_one, list_pages};
 use crate::commands::select::{Printing, Selection, on_terminal, select, selectors, table_spec};
 use crate::error::{Reported, is_not_found};
 use crate::output::paged::PagedTable;
@@ -40,7 +40,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, ou
             // Several resources make one List, as kubectl prints them.
             let mut writer = Selection::object_printer(*format, &selection.targets[0], args).list(&mut *out);
             for target in &selection.targets {
-                let mut pages = std::pin::pin!(list_pages(&conn.client, target, &lp, Shape::Objects));
+                let mut pages = std::pin::pin!(list_pages(&conn.client, target, &lp, ReadAs::Objects));
                 while let Some(page) = pages.try_next().await? {
                     logged(&page);
                     for item in &page.items {
@@ -54,7 +54,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, list: &ListArgs, ou
         printing => {
             let mut items = Vec::new();
             for target in &selection.targets {
-                let mut pages = std::pin::pin!(list_pages(&conn.client, target, &lp, Shape::Objects));
+                let mut pages = std::pin::pin!(list_pages(&conn.client, target, &lp, ReadAs::Objects));
                 while let Some(page) = pages.try_next().await? {
                     logged(&page);
                     items.extend(page.items);
@@ -128,7 +128,7 @@ async fn table_pages(
     args: &SelectArgs,
     mut table: PagedTable<impl Write>,
 ) -> Result<usize> {
-    let shape = if args.sort_by.is_some() { Shape::TableWithObjects } else { Shape::Table };
+    let shape = if args.sort_by.is_some() { ReadAs::TableWithObjects } else { ReadAs::Table };
     let mut pages = std::pin::pin!(list_pages(&conn.client, target, lp, shape));
     let (mut count, mut read) = (0, 0);
     while let Some(mut page) = pages.try_next().await? {
@@ -154,7 +154,7 @@ async fn table_pages(
 async fn named(conn: &Connection, selection: &Selection, list: &ListArgs, out: &mut impl Write) -> Result<()> {
     let args = &list.select;
     let shape = match (&selection.printing, &args.sort_by) {
-        (Printing::Table { .. }, Some(_)) => Shape::TableWithObjects,
+        (Printing::Table { .. }, Some(_)) => ReadAs::TableWithObjects,
         (printing, _) => printing.shape(),
     };
     // select() allows names with one resource only.

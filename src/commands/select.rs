@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 
 use crate::cli::{OutputFormat, Resource, SelectArgs};
 use crate::cluster::client::Connection;
-use crate::cluster::read::{Shape, Target};
+use crate::cluster::read::{ReadAs, Target};
 use crate::cluster::resolve::{resolve_gvr, resolve_names};
 use crate::output::objects::{ObjectFormat, ObjectPrinter};
 use crate::output::paged::TableSpec;
@@ -22,10 +22,10 @@ pub enum Printing {
 }
 
 impl Printing {
-    pub fn shape(&self) -> Shape {
+    pub fn shape(&self) -> ReadAs {
         match self {
-            Printing::Table { .. } => Shape::Table,
-            Printing::Objects(_) | Printing::Template(_) => Shape::Objects,
+            Printing::Table { .. } => ReadAs::Table,
+            Printing::Objects(_) | Printing::Template(_) => ReadAs::Objects,
         }
     }
 }

@@ -20,18 +20,18 @@ pub const FIELD_MANAGER: &str = "samplectl";
 pub const DISPLAY_KIND: &str = "customresourcedefinition.apiextensions.k8s.io";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Installed {
     Created,
     Configured,
     Unchanged,
 }
 
-impl Outcome {
+impl Installed {
     pub fn word(self) -> &'static str {
         match self {
-            Outcome::Created => "created",
-            Outcome::Configured => "configured",
-            Outcome::Unchanged => "unchanged",
+            Installed::Created => "created",
+            Installed::Configured => "configured",
+            Installed::Unchanged => "unchanged",
         }
     }
 }
@@ -67,7 +67,7 @@ pub async fn install(
     (name, body): &(String, Value),
     dry_run: bool,
     timeout: Duration,
-) -> Result<Outcome> {
+) -> Result<Installed> {
     let name = name.as_str();
     let crds: Api<CustomResourceDefinition> = Api::all(client);
 
@@ -90,9 +90,9 @@ pub async fn install(
 
 /// Compares the object before and after the apply, ignoring bookkeeping the server changes on its own.
 /// Works for dry runs too, where the server returns what it would have stored.
-fn outcome(before: Option<&CustomResourceDefinition>, after: &CustomResourceDefinition) -> Result<Outcome> {
+fn outcome(before: Option<&CustomResourceDefinition>, after: &CustomResourceDefinition) -> Result<Installed> {
     let Some(before) = before else {
-        return Ok(Outcome::Created);
+        return Ok(Installed::Created);
     };
     let comparable = |crd: &CustomResourceDefinition| -> Result<Value> {
         let mut value = serde_json::to_value(crd)?;
@@ -103,7 +103,7 @@ fn outcome(before: Option<&CustomResourceDefinition>, after: &CustomResourceDefi
         }
         Ok(value)
     };
-    Ok(if comparable(before)? == comparable(after)? { Outcome::Unchanged } else { Outcome::Configured })
+    Ok(if comparable(before)? == comparable(after)? { Installed::Unchanged } else { Installed::Configured })
 }
 
 async fn wait_established(crds: Api<CustomResourceDefinition>, name: &str, timeout: Duration) -> Result<()> {
@@ -192,10 +192,10 @@ mod tests {
 
     #[test]
     fn outcome_tells_the_three_cases_apart() {
-        assert_eq!(outcome(None, &crd("1", "smp")).unwrap(), Outcome::Created);
-        assert_eq!(outcome(Some(&crd("1", "smp")), &crd("1", "smp")).unwrap(), Outcome::Unchanged);
+        assert_eq!(outcome(None, &crd("1", "smp")).unwrap(), Installed::Created);
+        assert_eq!(outcome(Some(&crd("1", "smp")), &crd("1", "smp")).unwrap(), Installed::Unchanged);
         // A write that changed only bookkeeping (say, managed fields) is not a change the user made.
-        assert_eq!(outcome(Some(&crd("1", "smp")), &crd("2", "smp")).unwrap(), Outcome::Unchanged);
-        assert_eq!(outcome(Some(&crd("1", "other")), &crd("2", "smp")).unwrap(), Outcome::Configured);
+        assert_eq!(outcome(Some(&crd("1", "smp")), &crd("2", "smp")).unwrap(), Installed::Unchanged);
+        assert_eq!(outcome(Some(&crd("1", "other")), &crd("2", "smp")).unwrap(), Installed::Configured);
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::leader::Election;
 use super::rules::shard::Member;
-use super::sync::hook::Target as HookTarget;
+use super::sync::hook::Address;
 use crate::cluster::resolve::Gvr;
 
 #[derive(Debug, Clone)]
@@ -94,7 +94,7 @@ pub struct MetricsServe {
 /// `--hook` or `--hook-url`, and what goes with it.
 #[derive(Debug, Clone)]
 pub struct HookSettings {
-    pub target: HookTarget,
+    pub target: Address,
     pub timeout: Duration,
     /// The child types it may manage (`--child`).
     pub children: Vec<Gvr>,

@@ -128,17 +128,17 @@ pub struct ConditionCheck {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CompositeHooks {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub customize: Option<Hook>,
+    pub customize: Option<HookSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sync: Option<Hook>,
+    pub sync: Option<HookSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finalize: Option<Hook>,
+    pub finalize: Option<HookSpec>,
     /// Accepted by metacontroller's CRD and read by nothing in metacontroller: refused here, so that a
     /// controller relying on them is not silently run without them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pre_update_child: Option<Hook>,
+    pub pre_update_child: Option<HookSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub post_update_child: Option<Hook>,
+    pub post_update_child: Option<HookSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -200,16 +200,16 @@ pub struct AttachmentUpdateStrategy {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DecoratorHooks {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub customize: Option<Hook>,
+    pub customize: Option<HookSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sync: Option<Hook>,
+    pub sync: Option<HookSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finalize: Option<Hook>,
+    pub finalize: Option<HookSpec>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Hook {
+pub struct HookSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<HookVersion>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -9,8 +9,8 @@ use anyhow::{Result, anyhow, bail};
 
 use super::api::{self, HookVersion, UnmarshallMode};
 use crate::controller::sync::Version;
-use crate::controller::sync::hook::{Hook, Target};
-use crate::controller::sync::security::{Auth, CaSource, KeyRef, Secured, Security};
+use crate::controller::sync::hook::{Address, Hook};
+use crate::controller::sync::security::{Auth, CaSource, Secured, Security, ValueRef};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -24,19 +24,19 @@ pub struct Reach<'a> {
 }
 
 /// `hooks.<which>` made a [`Hook`].
-pub fn callable(which: &str, hook: &api::Hook, reach: &Reach) -> Result<Hook> {
+pub fn callable(which: &str, hook: &api::HookSpec, reach: &Reach) -> Result<Hook> {
     let proxy = reach.proxy.then_some(reach.client);
     let Some(webhook) = &hook.webhook else {
         bail!("hooks.{which} has no webhook: samplectl calls hooks over HTTP, as metacontroller does");
     };
     let url = address(webhook).map_err(|why| anyhow!("hooks.{which}.webhook: {why}"))?;
     let target = match (&webhook.url, &webhook.service, &webhook.path, proxy) {
-        (None, Some(service), Some(path), Some(client)) => Target::ServiceProxy {
+        (None, Some(service), Some(path), Some(client)) => Address::ServiceProxy {
             client: client.clone(),
             path: proxy_path(service, path),
             shown: format!("{url} (through the API server's service proxy)"),
         },
-        _ => Target::url(&url).map_err(|why| anyhow!("hooks.{which}.webhook: {why}"))?,
+        _ => Address::url(&url).map_err(|why| anyhow!("hooks.{which}.webhook: {why}"))?,
     };
     let timeout = match webhook.timeout.as_deref() {
         None => DEFAULT_TIMEOUT,
@@ -89,7 +89,7 @@ pub fn security(
     let ca = match ca {
         None => None,
         Some(bundle) => {
-            let key = |r: &api::KeyRef| KeyRef {
+            let key = |r: &api::KeyRef| ValueRef {
                 namespace: r.namespace.clone(),
                 name: r.name.clone(),
                 key: r.key.clone().unwrap_or_else(|| "ca.crt".into()),
@@ -105,7 +105,7 @@ pub fn security(
             }
         }
     };
-    let in_secret = |r: &api::SecretRef, key: Option<&String>, default: &str| KeyRef {
+    let in_secret = |r: &api::SecretRef, key: Option<&String>, default: &str| ValueRef {
         namespace: r.namespace.clone(),
         name: r.name.clone(),
         key: key.cloned().unwrap_or_else(|| default.to_owned()),
@@ -123,7 +123,7 @@ pub fn security(
                 return Err(format!("{place}authorization type {scheme:?} is not supported; use basicAuth instead"));
             }
             let r = &a.secret_ref;
-            let secret = KeyRef { namespace: r.namespace.clone(), name: r.name.clone(), key: r.key.clone() };
+            let secret = ValueRef { namespace: r.namespace.clone(), name: r.name.clone(), key: r.key.clone() };
             Some(Auth::Header { scheme: scheme.to_owned(), secret })
         }
         (None, Some(b)) => Some(Auth::Basic {
@@ -255,7 +255,7 @@ mod tests {
             assert_eq!(found.is_some(), picked, "{address}");
         }
         let found = security(&url("https://hooks.example.com/"), &configs, "https://hooks.example.com/").unwrap();
-        let secret = KeyRef { namespace: "n".into(), name: "t".into(), key: "token".into() };
+        let secret = ValueRef { namespace: "n".into(), name: "t".into(), key: "token".into() };
         assert_eq!(found.unwrap().auth, Some(Auth::Header { scheme: "Bearer".into(), secret }));
     }
 
@@ -269,7 +269,7 @@ mod tests {
         }))
         .unwrap();
         let picked = security(&own, &[endpoint("h", serde_json::json!({}))], "https://h/x").unwrap().unwrap();
-        let at = |name: &str, key: &str| KeyRef { namespace: "n".into(), name: name.into(), key: key.into() };
+        let at = |name: &str, key: &str| ValueRef { namespace: "n".into(), name: name.into(), key: key.into() };
         assert_eq!(picked.ca, Some(CaSource::ConfigMap(at("ca", "ca.crt"))));
         assert_eq!(picked.client_tls, Some((at("c", "tls.crt"), at("c", "tls.key"))));
         assert_eq!(picked.auth, Some(Auth::Basic { username: at("b", "user"), password: at("b", "password") }));
@@ -298,7 +298,7 @@ mod tests {
     async fn versions_timeouts_and_strictness() {
         let client = offline();
         let reach = Reach { client: &client, endpoints: &[], proxy: false };
-        let hook = |version: Option<HookVersion>, timeout: Option<&str>, mode: Option<UnmarshallMode>| api::Hook {
+        let hook = |version: Option<HookVersion>, timeout: Option<&str>, mode: Option<UnmarshallMode>| api::HookSpec {
             version,
             webhook: Some(Webhook {
                 url: Some("http://127.0.0.1:9/sync".into()),
@@ -316,7 +316,7 @@ mod tests {
         assert_eq!((loose.strict, loose.timeout), (false, DEFAULT_TIMEOUT));
         let err = callable("finalize", &hook(None, Some("soon"), None), &reach).err().unwrap().to_string();
         assert!(err.starts_with("hooks.finalize.webhook.timeout: invalid duration"), "{err}");
-        let err = callable("sync", &api::Hook::default(), &reach).err().unwrap().to_string();
+        let err = callable("sync", &api::HookSpec::default(), &reach).err().unwrap().to_string();
         assert!(err.contains("hooks.sync has no webhook"), "{err}");
     }
 }

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::cluster::changes::{Change, diff};
 use crate::cluster::client::Connection;
-use crate::cluster::read::{Item, Page, Shape, Target, list_all};
+use crate::cluster::read::{Item, Page, ReadAs, Target, list_all};
 use crate::cluster::stream::{ChangeStream, Selectors};
 
 fn report(target: &Target, changes: &[(Change, Item)]) {
@@ -44,7 +44,7 @@ pub async fn poll(
     let mut known = HashMap::new();
     loop {
         let started = tokio::time::Instant::now();
-        match list_all(&conn.client, target, &ListParams::default().limit(500), Shape::Objects).await {
+        match list_all(&conn.client, target, &ListParams::default().limit(500), ReadAs::Objects).await {
             Ok(Page { items, .. }) => {
                 report(target, &diff(&known, &items));
                 known = items.into_iter().map(|i| (i.uid.clone(), i)).collect();
@@ -70,7 +70,7 @@ pub async fn poll(
 /// `samplectl watch`: nothing lost across restarts and `410 Gone`, nothing reported twice.
 pub async fn watch(conn: &Connection, target: Target, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
     let selectors = Selectors { page_size: Some(500), ..Selectors::default() };
-    let mut changes = ChangeStream::new(conn.client.clone(), target, Shape::Objects, selectors);
+    let mut changes = ChangeStream::new(conn.client.clone(), target, ReadAs::Objects, selectors);
     let work = async {
         let listed = changes.list().await?;
         let added: Vec<_> = listed.items.into_iter().map(|item| (Change::Added, item)).collect();

@@ -9,28 +9,28 @@ use std::sync::Mutex;
 use crate::controller::rules::children::ChildKey;
 
 /// A parent's namespace (empty when cluster-scoped) and name.
-pub type Place = (String, String);
+pub type NamespacedName = (String, String);
 
 /// Per parent (by uid): where it is, and the objects in the way of its children.
 #[derive(Debug, Default)]
 pub struct Conflicts {
-    blocked: Mutex<HashMap<String, (Place, HashSet<ChildKey>)>>,
+    blocked: Mutex<HashMap<String, (NamespacedName, HashSet<ChildKey>)>>,
 }
 
 impl Conflicts {
-    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, (Place, HashSet<ChildKey>)>) -> T) -> T {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, (NamespacedName, HashSet<ChildKey>)>) -> T) -> T {
         f(&mut self.blocked.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// `key` was found in the way of the parent `uid` (a create of it was refused).
-    pub fn note(&self, uid: &str, place: Place, key: &ChildKey) {
+    pub fn note(&self, uid: &str, place: NamespacedName, key: &ChildKey) {
         self.with(|blocked| {
             blocked.entry(uid.to_owned()).or_insert_with(|| (place, HashSet::new())).1.insert(key.clone())
         });
     }
 
     /// After a reconcile: exactly `keys` are in the parent's way (none: it is not blocked).
-    pub fn set(&self, uid: &str, place: Place, keys: HashSet<ChildKey>) {
+    pub fn set(&self, uid: &str, place: NamespacedName, keys: HashSet<ChildKey>) {
         self.with(|blocked| match keys.is_empty() {
             true => blocked.remove(uid),
             false => blocked.insert(uid.to_owned(), (place, keys)),
@@ -43,7 +43,7 @@ impl Conflicts {
     }
 
     /// The parents last found blocked by the object `key`.
-    pub fn blocked_by(&self, key: &ChildKey) -> Vec<Place> {
+    pub fn blocked_by(&self, key: &ChildKey) -> Vec<NamespacedName> {
         self.with(|blocked| {
             blocked.values().filter(|(_, keys)| keys.contains(key)).map(|(place, _)| place.clone()).collect()
         })

@@ -80,7 +80,7 @@ impl Context {
         let object = key(parent);
         let label = member.label();
         for (child_key, child) in children {
-            if !controlled_by(&child.metadata, &uid(parent)) || !member.holds(&child.metadata) {
+            if !controlled_by(&child.metadata, &uid(parent)) || !member.marked(&child.metadata) {
                 continue;
             }
             let patch =

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
-use super::conflicts::{Conflicts, Place};
+use super::conflicts::{Conflicts, NamespacedName};
 use super::related::Related;
 use super::written::WrittenStatuses;
 use crate::controller::rules::children::ChildKey;
@@ -59,7 +59,7 @@ impl Memory {
     }
 
     /// The parents whose children `key` is in the way of.
-    pub fn blocked_by(&self, key: &ChildKey) -> Vec<Place> {
+    pub fn blocked_by(&self, key: &ChildKey) -> Vec<NamespacedName> {
         self.conflicts.blocked_by(key)
     }
 

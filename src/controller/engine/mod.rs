@@ -238,7 +238,7 @@ impl Context {
     pub async fn reconcile(&self, parent: &DynamicObject, children: Observed) -> Result<Done, ReconcileError> {
         if let Some(member) = &self.writer.member {
             // Whatever a driver's cache says, a parent not labelled for this member is not its to write.
-            if !member.holds(&parent.metadata) {
+            if !member.marked(&parent.metadata) {
                 return Ok(Done { outcome: Outcome::Ignored, resync_after: None, wrote: false });
             }
             if let Some(to) = member.drained_to(&parent.metadata) {
@@ -310,7 +310,7 @@ impl Context {
         let mut wrote = false;
         let facts = Facts {
             finalize: self.definition.finalizer.enabled,
-            holds: finalizer_rules::holds(parent.metadata.finalizers.as_deref(), &self.definition.finalizer.name),
+            carries: finalizer_rules::carries(parent.metadata.finalizers.as_deref(), &self.definition.finalizer.name),
             deleting: parent.metadata.deletion_timestamp.is_some(),
             selected: self.definition.selector.matches(&parent.metadata),
         };

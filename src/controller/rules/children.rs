@@ -339,7 +339,7 @@ pub fn action(
                 fields.remove("apiVersion");
                 fields.remove("kind");
             }
-            if holds(&existing, &desired) { ChildAction::None } else { ChildAction::Update }
+            if satisfies(&existing, &desired) { ChildAction::None } else { ChildAction::Update }
         }
     }
 }
@@ -347,7 +347,7 @@ pub fn action(
 /// Whether `existing` already holds every field `desired` sets, as server-side apply would leave it:
 /// maps may hold more (others' labels and keys are theirs), lists must match item by item, and the
 /// owner references need only include the desired ones.
-pub fn holds(existing: &Value, desired: &Value) -> bool {
+pub fn satisfies(existing: &Value, desired: &Value) -> bool {
     fn within(existing: &Value, desired: &Value, path: &[&str]) -> bool {
         match (existing, desired) {
             (Value::Object(e), Value::Object(d)) => d.iter().all(|(k, dv)| {

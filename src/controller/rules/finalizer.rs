@@ -50,16 +50,16 @@ pub struct Facts {
     /// The controller finalizes its parents.
     pub finalize: bool,
     /// The parent carries the controller's finalizer.
-    pub holds: bool,
+    pub carries: bool,
     pub deleting: bool,
     /// The controller's selector takes the parent in (always, without a selector).
     pub selected: bool,
 }
 
 pub fn step(facts: Facts) -> Step {
-    let Facts { finalize, holds, deleting, selected } = facts;
+    let Facts { finalize, carries, deleting, selected } = facts;
     let leaving = deleting || !selected;
-    match (finalize, holds, leaving) {
+    match (finalize, carries, leaving) {
         (true, true, true) => Step::Finalize,
         (true, true, false) => Step::Sync,
         (true, false, false) => Step::AddThenSync,
@@ -72,7 +72,7 @@ pub fn step(facts: Facts) -> Step {
 }
 
 /// Whether a parent's finalizers hold `name`.
-pub fn holds(finalizers: Option<&[String]>, name: &str) -> bool {
+pub fn carries(finalizers: Option<&[String]>, name: &str) -> bool {
     finalizers.into_iter().flatten().any(|f| f == name)
 }
 
@@ -89,7 +89,7 @@ mod tests {
 
     #[test]
     fn every_combination_has_its_step() {
-        // (finalize, holds, deleting, selected) → step
+        // (finalize, carries, deleting, selected) → step
         let table = [
             ((true, false, false, true), Step::AddThenSync),
             ((true, true, false, true), Step::Sync),
@@ -99,7 +99,7 @@ mod tests {
             ((false, true, true, true), Step::RemoveThenStop),
             ((false, false, true, true), Step::Stop),
             ((false, false, false, true), Step::Sync),
-            // No longer selected: finalized if it holds the finalizer, else not this controller's.
+            // No longer selected: finalized if it carries the finalizer, else not this controller's.
             ((true, true, false, false), Step::Finalize),
             ((true, true, true, false), Step::Finalize),
             ((false, true, false, false), Step::RemoveThenStop),
@@ -107,17 +107,17 @@ mod tests {
             ((false, false, false, false), Step::Ignore),
             ((false, false, true, false), Step::Ignore),
         ];
-        for ((finalize, holds, deleting, selected), expected) in table {
-            let facts = Facts { finalize, holds, deleting, selected };
+        for ((finalize, carries, deleting, selected), expected) in table {
+            let facts = Facts { finalize, carries, deleting, selected };
             assert_eq!(step(facts), expected, "{facts:?}");
         }
     }
 
     #[test]
     fn only_the_named_finalizer_counts() {
-        assert!(!holds(None, FINALIZER));
-        assert!(!holds(Some(&["example.com/other".to_owned()]), FINALIZER));
-        assert!(holds(Some(&["example.com/other".to_owned(), FINALIZER.to_owned()]), FINALIZER));
+        assert!(!carries(None, FINALIZER));
+        assert!(!carries(Some(&["example.com/other".to_owned()]), FINALIZER));
+        assert!(carries(Some(&["example.com/other".to_owned(), FINALIZER.to_owned()]), FINALIZER));
         assert_eq!(
             metacontroller_finalizer("CompositeController", "catset"),
             "metacontroller.io/compositecontroller-catset"

@@ -130,13 +130,13 @@ impl Member {
     }
 
     /// Whether the object `meta` describes is labelled for this member.
-    pub fn holds(&self, meta: &ObjectMeta) -> bool {
+    pub fn marked(&self, meta: &ObjectMeta) -> bool {
         meta.labels.as_ref().and_then(|l| l.get(&self.label())) == Some(&self.incarnation)
     }
 
     /// The member this parent is being moved to, when it is this member's and being moved.
     pub fn drained_to<'a>(&self, meta: &'a ObjectMeta) -> Option<&'a str> {
-        if !self.holds(meta) {
+        if !self.marked(meta) {
             return None;
         }
         meta.labels.as_ref()?.get(&drain_label(&self.ring)).map(String::as_str)
@@ -177,15 +177,15 @@ mod tests {
     }
 
     #[test]
-    fn a_member_holds_and_lets_go_only_of_what_is_labelled_for_its_incarnation() {
+    fn a_member_takes_and_lets_go_only_of_what_is_labelled_for_its_incarnation() {
         let me = Member::new("samples".into(), "a".into(), "x1");
         assert_eq!(me.incarnation, "a_x1");
         assert_eq!(me.selector(), "shard.samplectl.io/samples=a_x1");
         assert_eq!(me.lease(), "samples.a");
-        assert!(me.holds(&meta(&[("shard.samplectl.io/samples", "a_x1")])));
-        assert!(!me.holds(&meta(&[("shard.samplectl.io/samples", "a")])), "the name alone");
-        assert!(!me.holds(&meta(&[("shard.samplectl.io/samples", "a_y2")])), "an earlier process of the name");
-        assert!(!me.holds(&meta(&[("shard.samplectl.io/other", "a_x1")])));
+        assert!(me.marked(&meta(&[("shard.samplectl.io/samples", "a_x1")])));
+        assert!(!me.marked(&meta(&[("shard.samplectl.io/samples", "a")])), "the name alone");
+        assert!(!me.marked(&meta(&[("shard.samplectl.io/samples", "a_y2")])), "an earlier process of the name");
+        assert!(!me.marked(&meta(&[("shard.samplectl.io/other", "a_x1")])));
         assert_eq!(me.drained_to(&meta(&[("shard.samplectl.io/samples", "a_x1")])), None);
         let draining = meta(&[("shard.samplectl.io/samples", "a_x1"), ("drain.shard.samplectl.io/samples", "b_z3")]);
         assert_eq!(me.drained_to(&draining), Some("b_z3"));

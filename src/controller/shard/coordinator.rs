@@ -92,7 +92,7 @@ impl Parent {
 
 /// A write the coordinator makes to a parent's labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub enum Move {
     /// Label it for this incarnation (and drop any drain label): it has none, or its own is gone.
     Assign(String),
     /// Ask its incarnation to let go of it, for this one.
@@ -116,27 +116,27 @@ impl View {
 
 /// What to write to `parent`, if anything, given the live members and whether an incarnation that is
 /// not live is surely stopped (`gone`, asked of the parent as the watch showed it).
-pub fn decide(parent: &Parent, view: &View, gone: impl Fn(&str, &Parent) -> bool) -> Option<Step> {
+pub fn decide(parent: &Parent, view: &View, gone: impl Fn(&str, &Parent) -> bool) -> Option<Move> {
     let wanted = view.holders.get(view.ring.owner(&parent.uid)?)?;
     match &parent.member {
         None if !parent.taken => None,
-        None => Some(Step::Assign(wanted.to_owned())),
-        Some(member) if member == wanted => parent.drain.is_some().then_some(Step::Stay),
+        None => Some(Move::Assign(wanted.to_owned())),
+        Some(member) if member == wanted => parent.drain.is_some().then_some(Move::Stay),
         Some(member) if view.live(member) => {
-            (parent.drain.as_deref() != Some(wanted)).then(|| Step::Drain(wanted.to_owned()))
+            (parent.drain.as_deref() != Some(wanted)).then(|| Move::Drain(wanted.to_owned()))
         }
-        Some(member) if gone(member, parent) => Some(Step::Assign(wanted.to_owned())),
+        Some(member) if gone(member, parent) => Some(Move::Assign(wanted.to_owned())),
         // Not live, not yet surely stopped: wait for its Lease to run out.
         Some(_) => None,
     }
 }
 
 /// The merge patch that makes `step`, guarded by `version`.
-fn patch(step: &Step, ring: &str, version: &str) -> Value {
+fn patch(step: &Move, ring: &str, version: &str) -> Value {
     let labels = match step {
-        Step::Assign(member) => json!({member_label(ring): member, drain_label(ring): Value::Null}),
-        Step::Drain(member) => json!({drain_label(ring): member}),
-        Step::Stay => json!({drain_label(ring): Value::Null}),
+        Move::Assign(member) => json!({member_label(ring): member, drain_label(ring): Value::Null}),
+        Move::Drain(member) => json!({drain_label(ring): member}),
+        Move::Stay => json!({drain_label(ring): Value::Null}),
     };
     json!({"metadata": {"resourceVersion": version, "labels": labels}})
 }
@@ -476,7 +476,7 @@ impl Coordinator {
     }
 
     /// Makes `step` on the parent at `key`, as it was at `version`.
-    fn write(&self, key: Key, step: Step, version: String) -> impl Future<Output = (Key, Result<(), String>)> + use<> {
+    fn write(&self, key: Key, step: Move, version: String) -> impl Future<Output = (Key, Result<(), String>)> + use<> {
         let ar = &self.controllers[key.0].0.definition.family.parent.ar;
         let namespace = Some(&*key.1.namespace).filter(|ns| !ns.is_empty());
         let api = scope::dynamic(self.client.clone(), ar, namespace);
@@ -583,44 +583,44 @@ mod tests {
         let never = |_: &str, _: &Parent| false;
         let always = |_: &str, _: &Parent| true;
         // Unlabelled: assigned to the incarnation holding b's Lease.
-        assert_eq!(decide(&parent(&uid, None, None), &view, never), Some(Step::Assign("b_1".into())));
+        assert_eq!(decide(&parent(&uid, None, None), &view, never), Some(Move::Assign("b_1".into())));
         // Where it belongs: nothing, or the drain called off.
         assert_eq!(decide(&parent(&uid, Some("b_1"), None), &view, never), None);
-        assert_eq!(decide(&parent(&uid, Some("b_1"), Some("a_1")), &view, never), Some(Step::Stay));
+        assert_eq!(decide(&parent(&uid, Some("b_1"), Some("a_1")), &view, never), Some(Move::Stay));
         // On a live incarnation that is no longer its: drained, once.
-        assert_eq!(decide(&parent(&uid, Some("a_1"), None), &view, never), Some(Step::Drain("b_1".into())));
+        assert_eq!(decide(&parent(&uid, Some("a_1"), None), &view, never), Some(Move::Drain("b_1".into())));
         assert_eq!(decide(&parent(&uid, Some("a_1"), Some("b_1")), &view, never), None);
-        assert_eq!(decide(&parent(&uid, Some("a_1"), Some("c_1")), &view, never), Some(Step::Drain("b_1".into())));
+        assert_eq!(decide(&parent(&uid, Some("a_1"), Some("c_1")), &view, never), Some(Move::Drain("b_1".into())));
         // Even a live incarnation said to be gone is drained: liveness comes first.
-        assert_eq!(decide(&parent(&uid, Some("a_1"), None), &view, always), Some(Step::Drain("b_1".into())));
+        assert_eq!(decide(&parent(&uid, Some("a_1"), None), &view, always), Some(Move::Drain("b_1".into())));
         // On an incarnation out of the ring: waited for until it is surely stopped, then taken.
         assert_eq!(decide(&parent(&uid, Some("dead_1"), None), &view, never), None);
-        assert_eq!(decide(&parent(&uid, Some("dead_1"), Some("b_1")), &view, always), Some(Step::Assign("b_1".into())));
+        assert_eq!(decide(&parent(&uid, Some("dead_1"), Some("b_1")), &view, always), Some(Move::Assign("b_1".into())));
         // An earlier process of b's own name is another incarnation: its parent waits for it to be
         // gone, then goes to the process holding b's Lease now.
         assert_eq!(decide(&parent(&uid, Some("b_0"), None), &view, never), None);
-        assert_eq!(decide(&parent(&uid, Some("b_0"), None), &view, always), Some(Step::Assign("b_1".into())));
+        assert_eq!(decide(&parent(&uid, Some("b_0"), None), &view, always), Some(Move::Assign("b_1".into())));
         // Not taken by its controller: not labelled, but moved if it is labelled already.
         let untaken = |member: Option<&str>| Parent { taken: false, ..parent(&uid, member, None) };
         assert_eq!(decide(&untaken(None), &view, never), None);
-        assert_eq!(decide(&untaken(Some("a_1")), &view, never), Some(Step::Drain("b_1".into())));
+        assert_eq!(decide(&untaken(Some("a_1")), &view, never), Some(Move::Drain("b_1".into())));
         // No live member: nothing to do.
         assert_eq!(decide(&parent(&uid, None, None), &View::default(), always), None);
     }
 
     #[test]
     fn the_patches_are_guarded_by_the_version_read() {
-        let assign = patch(&Step::Assign("b_1".into()), "r", "42");
+        let assign = patch(&Move::Assign("b_1".into()), "r", "42");
         assert_eq!(
             assign,
             json!({"metadata": {"resourceVersion": "42", "labels": {
                 "shard.samplectl.io/r": "b_1", "drain.shard.samplectl.io/r": null}}})
         );
         assert_eq!(
-            patch(&Step::Drain("b_1".into()), "r", "1")["metadata"]["labels"],
+            patch(&Move::Drain("b_1".into()), "r", "1")["metadata"]["labels"],
             json!({"drain.shard.samplectl.io/r": "b_1"})
         );
-        assert_eq!(patch(&Step::Stay, "r", "1")["metadata"]["labels"], json!({"drain.shard.samplectl.io/r": null}));
+        assert_eq!(patch(&Move::Stay, "r", "1")["metadata"]["labels"], json!({"drain.shard.samplectl.io/r": null}));
     }
 
     fn record(holder: Option<&str>, renewed: i64) -> Record {

@@ -20,7 +20,7 @@ const MAX_ANSWER: usize = 64 << 20;
 
 /// Where a hook lives.
 #[derive(Clone)]
-pub enum Target {
+pub enum Address {
     /// A program and its arguments, split as a shell would split the words but run without one.
     Command(Vec<String>),
     Url(http::Uri),
@@ -35,35 +35,35 @@ pub enum Target {
     },
 }
 
-impl PartialEq for Target {
+impl PartialEq for Address {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (Target::Command(a), Target::Command(b)) => a == b,
-            (Target::Url(a), Target::Url(b)) => a == b,
-            (Target::ServiceProxy { path: a, .. }, Target::ServiceProxy { path: b, .. }) => a == b,
+            (Address::Command(a), Address::Command(b)) => a == b,
+            (Address::Url(a), Address::Url(b)) => a == b,
+            (Address::ServiceProxy { path: a, .. }, Address::ServiceProxy { path: b, .. }) => a == b,
             _ => false,
         }
     }
 }
 
-impl Eq for Target {}
+impl Eq for Address {}
 
-impl std::fmt::Debug for Target {
+impl std::fmt::Debug for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Target::Command(words) => f.debug_tuple("Command").field(words).finish(),
-            Target::Url(uri) => f.debug_tuple("Url").field(uri).finish(),
-            Target::ServiceProxy { path, .. } => f.debug_tuple("ServiceProxy").field(path).finish(),
+            Address::Command(words) => f.debug_tuple("Command").field(words).finish(),
+            Address::Url(uri) => f.debug_tuple("Url").field(uri).finish(),
+            Address::ServiceProxy { path, .. } => f.debug_tuple("ServiceProxy").field(path).finish(),
         }
     }
 }
 
-impl Target {
+impl Address {
     /// `--hook`'s value: words split as a POSIX shell splits them (quotes, backslashes), never run through
     /// a shell; write `sh -c '...'` to have one.
     pub fn command(line: &str) -> Result<Self, String> {
         match shlex::split(line) {
-            Some(words) if !words.is_empty() => Ok(Target::Command(words)),
+            Some(words) if !words.is_empty() => Ok(Address::Command(words)),
             Some(_) => Err("the hook command is empty".into()),
             None => Err(format!("cannot split {line:?} into words (an unclosed quote?)")),
         }
@@ -73,27 +73,27 @@ impl Target {
     pub fn url(url: &str) -> Result<Self, String> {
         let uri: http::Uri = url.parse().map_err(|err| format!("{url:?} is not a URL: {err}"))?;
         match (uri.scheme_str(), uri.authority()) {
-            (Some("http" | "https"), Some(_)) => Ok(Target::Url(uri)),
+            (Some("http" | "https"), Some(_)) => Ok(Address::Url(uri)),
             _ => Err(format!("{url:?} is not an http:// or https:// URL")),
         }
     }
 }
 
-impl std::fmt::Display for Target {
+impl std::fmt::Display for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Target::Command(words) => {
+            Address::Command(words) => {
                 write!(f, "{}", shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" ")))
             }
-            Target::Url(uri) => write!(f, "{uri}"),
-            Target::ServiceProxy { shown, .. } => write!(f, "{shown}"),
+            Address::Url(uri) => write!(f, "{uri}"),
+            Address::ServiceProxy { shown, .. } => write!(f, "{shown}"),
         }
     }
 }
 
 /// A hook with its deadline and the shape of its requests and answers, ready to be called.
 pub struct Hook {
-    pub target: Target,
+    pub target: Address,
     pub timeout: Duration,
     pub version: Version,
     /// Answers with a field the protocol does not have are refused.
@@ -105,14 +105,14 @@ pub struct Hook {
 
 impl Hook {
     /// A v1 hook, reading answers loosely, as `--hook` and `--hook-url` run one.
-    pub fn new(target: Target, timeout: Duration) -> anyhow::Result<Self> {
+    pub fn new(target: Address, timeout: Duration) -> anyhow::Result<Self> {
         Self::versioned(target, timeout, Version::V1, false)
     }
 
-    pub fn versioned(target: Target, timeout: Duration, version: Version, strict: bool) -> anyhow::Result<Self> {
+    pub fn versioned(target: Address, timeout: Duration, version: Version, strict: bool) -> anyhow::Result<Self> {
         let client = match &target {
-            Target::Command(_) | Target::ServiceProxy { .. } => None,
-            Target::Url(_) => {
+            Address::Command(_) | Address::ServiceProxy { .. } => None,
+            Address::Url(_) => {
                 let https = hyper_rustls::HttpsConnectorBuilder::new()
                     .with_native_roots()?
                     .https_or_http()
@@ -140,9 +140,9 @@ impl Hook {
     ) -> Result<T, String> {
         let body = serde_json::to_vec(request).expect("a request is JSON");
         let answer = match &self.target {
-            Target::Command(words) => self.run(words, object, body).await?,
-            Target::Url(uri) => self.post(uri, body).await?,
-            Target::ServiceProxy { client, path, .. } => self.proxy(client, path, body).await?,
+            Address::Command(words) => self.run(words, object, body).await?,
+            Address::Url(uri) => self.post(uri, body).await?,
+            Address::ServiceProxy { client, path, .. } => self.proxy(client, path, body).await?,
         };
         read(&answer, self.strict)
     }
@@ -300,17 +300,17 @@ mod tests {
     #[test]
     fn commands_are_split_like_a_shell_but_not_run_by_one() {
         assert_eq!(
-            Target::command(r#"python3 "my hook.py" --flag='a b'"#).unwrap(),
-            Target::Command(vec!["python3".into(), "my hook.py".into(), "--flag=a b".into()])
+            Address::command(r#"python3 "my hook.py" --flag='a b'"#).unwrap(),
+            Address::Command(vec!["python3".into(), "my hook.py".into(), "--flag=a b".into()])
         );
-        assert!(Target::command("  ").unwrap_err().contains("empty"));
-        assert!(Target::command("sh -c 'unclosed").unwrap_err().contains("unclosed quote"));
-        assert!(Target::url("ftp://x/").unwrap_err().contains("not an http"));
-        assert!(Target::url("http://127.0.0.1:8080/sync").is_ok());
+        assert!(Address::command("  ").unwrap_err().contains("empty"));
+        assert!(Address::command("sh -c 'unclosed").unwrap_err().contains("unclosed quote"));
+        assert!(Address::url("ftp://x/").unwrap_err().contains("not an http"));
+        assert!(Address::url("http://127.0.0.1:8080/sync").is_ok());
     }
 
     fn hook(line: &str, timeout_ms: u64) -> Hook {
-        Hook::new(Target::command(line).unwrap(), Duration::from_millis(timeout_ms)).unwrap()
+        Hook::new(Address::command(line).unwrap(), Duration::from_millis(timeout_ms)).unwrap()
     }
 
     #[tokio::test]

@@ -33,7 +33,7 @@ pub const REREAD: Duration = Duration::from_secs(30);
 
 /// Where a value lives: a key of a Secret or of a ConfigMap.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyRef {
+pub struct ValueRef {
     pub namespace: String,
     pub name: String,
     pub key: String,
@@ -42,16 +42,16 @@ pub struct KeyRef {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CaSource {
     Inline(String),
-    Secret(KeyRef),
-    ConfigMap(KeyRef),
+    Secret(ValueRef),
+    ConfigMap(ValueRef),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Auth {
     /// `Authorization: <scheme> <the Secret's value>` (Bearer unless given).
-    Header { scheme: String, secret: KeyRef },
+    Header { scheme: String, secret: ValueRef },
     /// `Authorization: Basic base64(username:password)`, from two keys of one Secret.
-    Basic { username: KeyRef, password: KeyRef },
+    Basic { username: ValueRef, password: ValueRef },
 }
 
 /// What a webhook's security settings name, resolved from the cluster at call time.
@@ -59,12 +59,12 @@ pub enum Auth {
 pub struct Security {
     pub ca: Option<CaSource>,
     /// The certificate and private key of a client certificate, from one Secret.
-    pub client_tls: Option<(KeyRef, KeyRef)>,
+    pub client_tls: Option<(ValueRef, ValueRef)>,
     pub auth: Option<Auth>,
 }
 
 /// What a call needs: an HTTP client trusting the CA (with the client certificate), and the header.
-pub struct Resolved {
+pub struct SecuredClient {
     pub http: Client<Https, Full<Bytes>>,
     pub header: Option<String>,
 }
@@ -73,7 +73,7 @@ pub struct Resolved {
 pub struct Secured {
     client: kube::Client,
     security: Security,
-    read: Mutex<Option<(Instant, Arc<Resolved>)>>,
+    read: Mutex<Option<(Instant, Arc<SecuredClient>)>>,
 }
 
 impl Secured {
@@ -82,7 +82,7 @@ impl Secured {
     }
 
     /// The client and header to call with, read again once [`REREAD`] has passed.
-    pub async fn resolved(&self) -> Result<Arc<Resolved>, String> {
+    pub async fn resolved(&self) -> Result<Arc<SecuredClient>, String> {
         if let Some((at, resolved)) = &*self.read.lock().unwrap_or_else(|e| e.into_inner())
             && at.elapsed() < REREAD
         {
@@ -93,7 +93,7 @@ impl Secured {
         Ok(resolved)
     }
 
-    async fn resolve(&self) -> Result<Resolved, String> {
+    async fn resolve(&self) -> Result<SecuredClient, String> {
         let mut roots = rustls::RootCertStore::empty();
         for cert in rustls_native_certs::load_native_certs().certs {
             let _ = roots.add(cert);
@@ -154,10 +154,10 @@ impl Secured {
                 Some(format!("Basic {encoded}"))
             }
         };
-        Ok(Resolved { http: Client::builder(TokioExecutor::new()).build(https), header })
+        Ok(SecuredClient { http: Client::builder(TokioExecutor::new()).build(https), header })
     }
 
-    async fn secret_value(&self, at: &KeyRef, field: &str) -> Result<Vec<u8>, String> {
+    async fn secret_value(&self, at: &ValueRef, field: &str) -> Result<Vec<u8>, String> {
         let api: kube::Api<Secret> = kube::Api::namespaced(self.client.clone(), &at.namespace);
         let secret = api.get(&at.name).await.map_err(|err| {
             format!("{field}: cannot read Secret {}/{}: {}", at.namespace, at.name, crate::error::describe(&err))
@@ -169,7 +169,7 @@ impl Secured {
         }
     }
 
-    async fn configmap_value(&self, at: &KeyRef) -> Result<Vec<u8>, String> {
+    async fn configmap_value(&self, at: &ValueRef) -> Result<Vec<u8>, String> {
         let api: kube::Api<ConfigMap> = kube::Api::namespaced(self.client.clone(), &at.namespace);
         let map = api.get(&at.name).await.map_err(|err| {
             format!("caBundle: cannot read ConfigMap {}/{}: {}", at.namespace, at.name, crate::error::describe(&err))
