@@ -166,7 +166,7 @@ async fn find_in_group_version(client: &Client, gvr: &Gvr) -> Result<Option<Reso
 }
 
 async fn crd_serves(client: &Client, name: &str, version: &str) -> bool {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crds: Api<CustomResourceDefinition> = super::scope::cluster(client.clone());
     match crds.get_opt(name).await {
         Ok(Some(crd)) => crd.spec.versions.iter().any(|v| v.name == version && v.served),
         _ => false,
@@ -343,7 +343,7 @@ fn find_by_name(lists: &[APIGroupDiscoveryList], input: &str) -> Option<Resolved
 }
 
 async fn crd_names_match(client: &Client, input: &str) -> bool {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crds: Api<CustomResourceDefinition> = super::scope::cluster(client.clone());
     let Ok(list) = crds.list(&Default::default()).await else {
         return false;
     };

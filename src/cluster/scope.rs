@@ -17,6 +17,15 @@ where
     }
 }
 
+/// A typed `Api` of a cluster-scoped resource (CRDs, Namespaces).
+pub fn cluster<K>(client: Client) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::ClusterResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    Api::all(client)
+}
+
 /// A schema-less `Api` for the discovered resource `ar`, in `namespace` or across all of them (which is
 /// also how a cluster-scoped resource is reached).
 pub fn dynamic(client: Client, ar: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {

@@ -12,6 +12,8 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::await_condition;
 use serde_json::Value;
 
+use crate::cluster::scope;
+
 /// The CRD as shipped in `manifests/crd/`, compiled in so the binary alone can install it.
 pub const CRD_YAML: &str = include_str!("../../manifests/crd/samples.example.com.yaml");
 /// metacontroller's three CRDs, as shipped in `manifests/crd/`.
@@ -69,7 +71,7 @@ pub async fn install(
     timeout: Duration,
 ) -> Result<Installed> {
     let name = name.as_str();
-    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    let crds: Api<CustomResourceDefinition> = scope::cluster(client);
 
     let before = crds.get_opt(name).await.with_context(|| format!("cannot read {DISPLAY_KIND}/{name}"))?;
     // Forced: the CRD is samplectl's, so fields someone else changed by hand are taken back, as

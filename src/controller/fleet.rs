@@ -25,6 +25,7 @@ use super::reconciling::{Driving, Reconciling};
 use super::serve::Serving;
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
+use crate::cluster::scope;
 
 /// How often a controller object that could not be run is tried again.
 pub const RETRY: Duration = Duration::from_secs(30);
@@ -157,7 +158,7 @@ impl Fleet {
                      them with `samplectl install-crd --metacontroller`"
                 )
             })?;
-            apis.push((kind, Api::all_with(conn.client.clone(), &resolved.ar)));
+            apis.push((kind, scope::dynamic(conn.client.clone(), &resolved.ar, None)));
         }
         let [cc, dc]: [_; 2] = apis.try_into().map_err(|_| anyhow!("two kinds"))?;
         Ok([cc, dc])

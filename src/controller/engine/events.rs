@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::request::bounded;
+use crate::cluster::scope;
 
 /// Events published at the same time; enough to keep up with any reconcile concurrency seen in practice.
 const PUBLISHERS: usize = 8;
@@ -128,7 +129,7 @@ impl Publisher {
         let key = Series::key(note, regarding);
         let continued = self.series().continued(key, now);
         if let Some(sent) = continued {
-            let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &sent.namespace);
+            let api: Api<K8sEvent> = scope::api(self.client.clone(), Some(&sent.namespace));
             let series = EventSeries { count: sent.count, last_observed_time: MicroTime(now) };
             let patch = Patch::Merge(json!({ "series": series }));
             match bounded(api.patch(&sent.name, &PatchParams::default(), &patch)).await {
@@ -159,7 +160,7 @@ impl Publisher {
             reporting_instance: Some(self.reporter.instance.clone()),
             ..K8sEvent::default()
         };
-        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
+        let api: Api<K8sEvent> = scope::api(self.client.clone(), Some(&namespace));
         let created = bounded(api.create(&PostParams::default(), &event)).await?;
         self.series().started(key, Sent { namespace, name: created.name_any(), count: 1, last: now });
         Ok(())

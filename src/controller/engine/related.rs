@@ -235,7 +235,7 @@ impl Context {
 
     /// Every namespace's labels.
     async fn namespace_labels(&self) -> Result<HashMap<String, BTreeMap<String, String>>, super::request::Failed> {
-        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(self.client.clone());
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = crate::cluster::scope::cluster(self.client.clone());
         let list = bounded(api.list_metadata(&ListParams::default())).await?;
         Ok(list
             .items

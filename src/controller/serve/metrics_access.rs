@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
+
+use crate::cluster::scope;
 
 const REMEMBER: Duration = Duration::from_secs(60);
 
@@ -68,7 +70,8 @@ impl MetricsAccess {
             spec: TokenReviewSpec { token: Some(token.to_owned()), ..TokenReviewSpec::default() },
             ..TokenReview::default()
         };
-        let reviewed = Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review).await?;
+        let reviewed =
+            scope::cluster::<TokenReview>(self.client.clone()).create(&PostParams::default(), &review).await?;
         let status = reviewed.status.unwrap_or_default();
         let user = match (status.authenticated, status.user) {
             (Some(true), Some(user)) => user,
@@ -89,7 +92,7 @@ impl MetricsAccess {
             ..SubjectAccessReview::default()
         };
         let answered =
-            Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &access).await?;
+            scope::cluster::<SubjectAccessReview>(self.client.clone()).create(&PostParams::default(), &access).await?;
         Ok(match answered.status.is_some_and(|s| s.allowed) {
             true => Decision::Allowed,
             false => Decision::Forbidden(user.username.unwrap_or_default()),

@@ -158,7 +158,7 @@ impl Secured {
     }
 
     async fn secret_value(&self, at: &ValueRef, field: &str) -> Result<Vec<u8>, String> {
-        let api: kube::Api<Secret> = kube::Api::namespaced(self.client.clone(), &at.namespace);
+        let api: kube::Api<Secret> = crate::cluster::scope::api(self.client.clone(), Some(&at.namespace));
         let secret = api.get(&at.name).await.map_err(|err| {
             format!("{field}: cannot read Secret {}/{}: {}", at.namespace, at.name, crate::error::describe(&err))
         })?;
@@ -170,7 +170,7 @@ impl Secured {
     }
 
     async fn configmap_value(&self, at: &ValueRef) -> Result<Vec<u8>, String> {
-        let api: kube::Api<ConfigMap> = kube::Api::namespaced(self.client.clone(), &at.namespace);
+        let api: kube::Api<ConfigMap> = crate::cluster::scope::api(self.client.clone(), Some(&at.namespace));
         let map = api.get(&at.name).await.map_err(|err| {
             format!("caBundle: cannot read ConfigMap {}/{}: {}", at.namespace, at.name, crate::error::describe(&err))
         })?;
