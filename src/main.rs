@@ -87,6 +87,7 @@ async fn run(cli: Cli, color: bool) -> Result<()> {
                 Some(member) => format!("shard-member/{}/{}", member.ring, member.incarnation),
                 None => format!("process/{}", samplectl::controller::leader::incarnation()),
             });
+            options.answer_limit = Some(samplectl::cluster::deadline::ANSWER_LIMIT);
             let conn = Connection::new(&options, warn(color)).await?;
             reconcile::run(&conn, cli.global.namespace.as_deref(), args).await
         }

@@ -154,6 +154,8 @@ impl Typed {
                 kubeconfig: one(sub, ids::KUBECONFIG),
                 context: one(sub, ids::CONTEXT),
                 agent: None,
+                // Completion gives up after its own 5 s.
+                answer_limit: None,
             },
             namespace: one(sub, ids::NAMESPACE),
             all_namespaces: one::<bool>(sub, ids::ALL_NAMESPACES).unwrap_or(false),

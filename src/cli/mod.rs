@@ -73,7 +73,12 @@ pub struct GlobalArgs {
 
 impl GlobalArgs {
     pub fn client_options(&self) -> ClientOptions {
-        ClientOptions { kubeconfig: self.kubeconfig.clone(), context: self.context.clone(), agent: None }
+        ClientOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            agent: None,
+            answer_limit: None,
+        }
     }
 }
 

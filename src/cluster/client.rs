@@ -4,13 +4,14 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 use tower::util::{MapRequestLayer, MapResponseLayer};
 
-use super::deadline::{ANSWER_LIMIT, DeadlineLayer};
+use super::deadline::DeadlineLayer;
 use super::requests::{LastAnswer, RequestCounter};
 use crate::error::join_causes;
 
@@ -22,6 +23,9 @@ pub struct ClientOptions {
     /// Said after samplectl's name in the User-Agent: which replica this is, where that matters (a
     /// shard member, so that an audit log tells the members' requests apart).
     pub agent: Option<String>,
+    /// A deadline under every request (`deadline.rs`). The controller sets one, so that nothing it waits
+    /// for can hang it; `list` and `watch` wait as kubectl does, until the server answers or Ctrl-C.
+    pub answer_limit: Option<Duration>,
 }
 
 /// A client and what commands need to know about where it points.
@@ -114,7 +118,7 @@ impl Connection {
                 warnings.record(&res);
                 res
             }))
-            .with_layer(&DeadlineLayer { limit: ANSWER_LIMIT })
+            .with_layer(&tower::util::option_layer(options.answer_limit.map(|limit| DeadlineLayer { limit })))
             .build();
         Ok(Self { client, default_namespace, requests, answered })
     }

@@ -1,14 +1,14 @@
-//! A deadline under every request the client sends. kube sets no read timeout (a watch may rightly stay
-//! silent for minutes), so without one a request on a half-open connection, or to an API server that
-//! accepted it and froze, never ends: whatever waits for it (a list at start-up, an access review for a
-//! scraper) waits for good. Here every request must get its response headers within [`ANSWER_LIMIT`],
-//! and every response but a watch's must then keep its body coming: no gap between two parts of it
-//! longer than the same limit. A watch's body is left to its reader, which knows how long the server may
-//! rightly stay silent (`stream.rs`, the hub, kube's watcher: each reopens a watch silent past its
-//! timeout). The engine bounds its own requests more tightly (`engine::request`); a request that may
-//! rightly take longer (a hook called through the API server's service proxy, bounded by the hook's own
-//! timeout) carries its own limit as an [`AnswerLimit`] extension.
-
+//! A deadline under every request the controller's client sends (`ClientOptions::answer_limit`; `list`
+//! and `watch` wait as kubectl does, until the server answers or Ctrl-C). kube sets no read timeout (a
+//! watch may rightly stay silent for minutes), so without one a request on a half-open connection, or to
+//! an API server that accepted it and froze, never ends: whatever waits for it (a list at start-up, an
+//! access review for a scraper) waits for good. Here every request must get its response headers within
+//! [`ANSWER_LIMIT`], and every response but a watch's must then keep its body coming: no gap between two
+//! parts of it longer than the same limit. A watch's body is left to its reader, which knows how long
+//! the server may rightly stay silent (`stream.rs`, the hub, kube's watcher: each reopens a watch silent
+//! past its timeout). The engine bounds its own requests more tightly (`engine::request`); a request that
+//! may rightly take longer (a hook called through the API server's service proxy, bounded by the hook's
+//! own timeout) carries its own limit as an [`AnswerLimit`] extension.
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
