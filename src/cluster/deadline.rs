@@ -9,6 +9,7 @@
 //! past its timeout). The engine bounds its own requests more tightly (`engine::request`); a request that
 //! may rightly take longer (a hook called through the API server's service proxy, bounded by the hook's
 //! own timeout) carries its own limit as an [`AnswerLimit`] extension.
+
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
