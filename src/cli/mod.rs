@@ -152,7 +152,7 @@ pub struct SelectArgs {
     pub gvr: Option<Gvr>,
 
     /// Across all namespaces (adds a NAMESPACE column)
-    #[arg(id = ids::ALL_NAMESPACES, short = 'A', long)]
+    #[arg(id = ids::ALL_NAMESPACES, short = 'A', long = "all-namespaces")]
     pub all_namespaces: bool,
 
     /// Output format: wide, json, yaml, name, jsonpath=TEMPLATE, jsonpath-file=FILE,
@@ -431,5 +431,14 @@ mod tests {
         said(&["reconcile", "--leader-elect", "--renew-deadline", "20s"], "--renew-deadline must be shorter");
         said(&["reconcile", "--leader-elect", "--retry-period", "10s"], "--retry-period must be shorter");
         assert_eq!(mistake(&["reconcile", "--renew-deadline", "20s"]), None, "only checked with --leader-elect");
+    }
+
+    #[test]
+    fn all_namespaces_is_spelt_as_kubectl_spells_it() {
+        for flag in ["-A", "--all-namespaces"] {
+            let cli = Cli::try_parse_from(["samplectl", "list", "cm", flag]).unwrap();
+            let Command::List(args) = cli.command else { panic!("list") };
+            assert!(args.select.all_namespaces, "{flag}");
+        }
     }
 }
