@@ -82,17 +82,17 @@ pub async fn install(
         .patch(name, &params, &Patch::Apply(body))
         .await
         .with_context(|| format!("cannot apply {DISPLAY_KIND}/{name}"))?;
-    let outcome = outcome(before.as_ref(), &after)?;
+    let installed = installed(before.as_ref(), &after)?;
 
     if !dry_run && !timeout.is_zero() {
         wait_established(crds, name, timeout).await?;
     }
-    Ok(outcome)
+    Ok(installed)
 }
 
 /// Compares the object before and after the apply, ignoring bookkeeping the server changes on its own.
 /// Works for dry runs too, where the server returns what it would have stored.
-fn outcome(before: Option<&CustomResourceDefinition>, after: &CustomResourceDefinition) -> Result<Installed> {
+fn installed(before: Option<&CustomResourceDefinition>, after: &CustomResourceDefinition) -> Result<Installed> {
     let Some(before) = before else {
         return Ok(Installed::Created);
     };
@@ -193,11 +193,11 @@ mod tests {
     }
 
     #[test]
-    fn outcome_tells_the_three_cases_apart() {
-        assert_eq!(outcome(None, &crd("1", "smp")).unwrap(), Installed::Created);
-        assert_eq!(outcome(Some(&crd("1", "smp")), &crd("1", "smp")).unwrap(), Installed::Unchanged);
+    fn installed_tells_the_three_cases_apart() {
+        assert_eq!(installed(None, &crd("1", "smp")).unwrap(), Installed::Created);
+        assert_eq!(installed(Some(&crd("1", "smp")), &crd("1", "smp")).unwrap(), Installed::Unchanged);
         // A write that changed only bookkeeping (say, managed fields) is not a change the user made.
-        assert_eq!(outcome(Some(&crd("1", "smp")), &crd("2", "smp")).unwrap(), Installed::Unchanged);
-        assert_eq!(outcome(Some(&crd("1", "other")), &crd("2", "smp")).unwrap(), Installed::Configured);
+        assert_eq!(installed(Some(&crd("1", "smp")), &crd("2", "smp")).unwrap(), Installed::Unchanged);
+        assert_eq!(installed(Some(&crd("1", "other")), &crd("2", "smp")).unwrap(), Installed::Configured);
     }
 }

@@ -116,7 +116,7 @@ where
     }
 
     /// Whether the object at `place` is held at `version`.
-    pub fn has_seen(&self, place: &Place, version: Option<&str>) -> bool {
+    pub fn has_version(&self, place: &Place, version: Option<&str>) -> bool {
         self.read().objects.get(place).is_some_and(|entry| entry.version == version_print(version))
     }
 
@@ -242,9 +242,9 @@ mod tests {
         assert_eq!(a.resource_version().as_deref(), Some("4"));
         assert_eq!(a.data["data"]["k"], "a");
         assert_eq!(cache.places(), [Place::new("ns", "a")]);
-        assert!(cache.has_seen(&Place::new("ns", "a"), Some("4")));
-        assert!(!cache.has_seen(&Place::new("ns", "a"), Some("1")), "an older version");
-        assert!(!cache.has_seen(&Place::new("ns", "b"), Some("1")), "gone");
+        assert!(cache.has_version(&Place::new("ns", "a"), Some("4")));
+        assert!(!cache.has_version(&Place::new("ns", "a"), Some("1")), "an older version");
+        assert!(!cache.has_version(&Place::new("ns", "b"), Some("1")), "gone");
         assert_eq!(cache.version(&Place::new("ns", "a")), Some(version_print(Some("4"))));
         assert_eq!(cache.version(&Place::new("ns", "b")), None);
         cache.retain(|place| &*place.name != "a");
@@ -259,7 +259,7 @@ mod tests {
         cache.listed();
         // A watch (or a list) from an API server that lags: the older copy is not taken in.
         assert!(!cache.apply(&object("a", "9")));
-        assert!(cache.has_seen(&Place::new("ns", "a"), Some("10")));
+        assert!(cache.has_version(&Place::new("ns", "a"), Some("10")));
         // A deletion older than the copy held (the object was made again since) is ignored.
         assert!(!cache.delete(&object("b", "11")));
         assert!(cache.delete(&object("b", "13")));

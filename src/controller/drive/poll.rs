@@ -156,7 +156,7 @@ async fn read(
     at: &Place,
     version: Option<&str>,
 ) -> Result<Option<DynamicObject>, Failed> {
-    if parents.has_seen(at, version)
+    if parents.has_version(at, version)
         && let Some(object) = parents.get(at)
     {
         return Ok(Some(object));
@@ -286,7 +286,7 @@ impl Poll {
                 let mut parent = item.metadata;
                 parent.managed_fields = None;
                 let (uid, at) = (parent.uid.clone().unwrap_or_default(), place(&parent));
-                unread += usize::from(!state.parents.has_seen(&at, parent.resource_version.as_deref()));
+                unread += usize::from(!state.parents.has_version(&at, parent.resource_version.as_deref()));
                 present.insert(uid.clone());
                 listed.insert(at.clone());
                 due.extend(self.due(state, &parent, uid, at, &related, (now, once)));

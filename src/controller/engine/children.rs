@@ -214,9 +214,9 @@ impl Context {
                 Err(failed) => return Err((format!("writing its {kind}"), failed)),
             }
         }
-        // Only an adoption on the last attempt gets here; the write it may still need comes with the next
-        // reconcile, which the adoption itself triggers.
-        Ok(ChildOutcome::Adopted)
+        // Only an adoption or a labelling on the last attempt gets here; the write it may still need comes
+        // with the next reconcile, which that write itself triggers.
+        Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Updated })
     }
 
     /// Deletes a child the parent controls and no longer wants, only as it was read: if it changed since

@@ -1,5 +1,5 @@
 //! metacontroller's rolling updates, decided without a cluster. A parent's rollout history is a set of
-//! ControllerRevisions: each satisfies the parent's revision fields (`parentPatch`, by default its `spec`)
+//! ControllerRevisions: each holds the parent's revision fields (`parentPatch`, by default its `spec`)
 //! and claims, by group, kind and name, the children still made from it. The sync hook is asked once per
 //! revision (the parent with that revision's fields), each child is written as the revision claiming it
 //! wants, and one child at a time moves to the latest revision, in the order the latest answer lists
@@ -135,7 +135,7 @@ impl Rollout {
     /// older, in any order. Claims of types that no longer roll and of children the latest no longer
     /// wants are dropped; children nobody claims go to the latest; a child already as the latest wants
     /// moves at once; then the first child (in `order`, the latest answer's order) not on the latest
-    /// moves, if every child on the latest passes its checks. `observed` satisfies the parent's children,
+    /// moves, if every child on the latest passes its checks. `observed` holds the parent's children,
     /// in `namespace`; `latest_name` names the latest ControllerRevision for the message.
     pub fn step(
         &self,
@@ -330,7 +330,7 @@ pub fn set_updated(status: &mut Value, standing: &Standing) {
     }
 }
 
-/// The parent's revision fields, as a ControllerRevision's `parentPatch` satisfies them: each of `paths`
+/// The parent's revision fields, as a ControllerRevision's `parentPatch` holds them: each of `paths`
 /// (dotted) that the parent has, at its place.
 pub fn patch_of(parent: &Value, paths: &[String]) -> Value {
     let mut patch = Value::Object(Map::new());

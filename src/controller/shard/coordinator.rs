@@ -131,9 +131,9 @@ pub fn decide(parent: &Parent, view: &View, gone: impl Fn(&str, &Parent) -> bool
     }
 }
 
-/// The merge patch that makes `step`, guarded by `version`.
-fn patch(step: &Move, ring: &str, version: &str) -> Value {
-    let labels = match step {
+/// The merge patch that makes `the_move`, guarded by `version`.
+fn patch(the_move: &Move, ring: &str, version: &str) -> Value {
+    let labels = match the_move {
         Move::Assign(member) => json!({member_label(ring): member, drain_label(ring): Value::Null}),
         Move::Drain(member) => json!({drain_label(ring): member}),
         Move::Stay => json!({drain_label(ring): Value::Null}),
@@ -465,22 +465,27 @@ impl Coordinator {
                 if writing.contains(&key) {
                     continue;
                 }
-                let Some(step) = decide(parent, view, |incarnation, parent| members.gone(incarnation, parent.seen))
+                let Some(the_move) = decide(parent, view, |incarnation, parent| members.gone(incarnation, parent.seen))
                 else {
                     continue;
                 };
                 writing.insert(key.clone());
-                writes.spawn(self.write(key, step, parent.version.clone()));
+                writes.spawn(self.write(key, the_move, parent.version.clone()));
             }
         }
     }
 
-    /// Makes `step` on the parent at `key`, as it was at `version`.
-    fn write(&self, key: Key, step: Move, version: String) -> impl Future<Output = (Key, Result<(), String>)> + use<> {
+    /// Makes `the_move` on the parent at `key`, as it was at `version`.
+    fn write(
+        &self,
+        key: Key,
+        the_move: Move,
+        version: String,
+    ) -> impl Future<Output = (Key, Result<(), String>)> + use<> {
         let ar = &self.controllers[key.0].0.definition.family.parent.ar;
         let namespace = Some(&*key.1.namespace).filter(|ns| !ns.is_empty());
         let api = scope::dynamic(self.client.clone(), ar, namespace);
-        let body = patch(&step, &self.ring, &version);
+        let body = patch(&the_move, &self.ring, &version);
         let ring = self.ring.clone();
         let fence = self.fence.clone();
         async move {
@@ -493,7 +498,7 @@ impl Coordinator {
             let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
             let result = match bounded(api.patch(&key.1.name, &params, &Patch::Merge(&body))).await {
                 Ok(_) => {
-                    tracing::debug!(ring, "{}: {step:?}", key.1);
+                    tracing::debug!(ring, "{}: {the_move:?}", key.1);
                     Ok(())
                 }
                 // Changed or gone since: the watch brings what it is now, and it is decided again.
