@@ -3,7 +3,9 @@
 //! Letting go of a parent the coordinator is moving to another member: the children this member wrote
 //! are relabelled for the new member first, so that its watch has them when the parent arrives, then
 //! both sharding labels come off the parent, guarded by the resourceVersion read. The coordinator labels
-//! the parent for the new member only after that.
+//! the parent for the new member only after that. From then on this process writes nothing for the
+//! parent from a copy read before its release (a driver's cache can lag behind it by a moment): the
+//! parent's own writes would be refused by their guard, but a child's would not.
 //!
 //! Taking a parent in: a member's watch of children sees only those labelled for it, and a member that
 //! died (or an earlier process of the same name) left its children labelled for itself. So the first
@@ -21,7 +23,7 @@ use serde_json::{Value, json};
 use super::request::bounded;
 use super::{Context, Done, Outcome, ReconcileError, failure, key, uid};
 use crate::controller::rules::children::{ChildKey, Observed, controlled_by, managed_selector};
-use crate::controller::rules::shard::{Member, PARENT_LABEL, drain_label};
+use crate::controller::rules::shard::{Member, PARENT_LABEL, drain_label, read_before_release};
 
 /// How often a member looks again for the children of a parent it holds whatever their member label.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(600);
@@ -70,6 +72,18 @@ impl Context {
         self.memory.swept.lock().unwrap_or_else(|e| e.into_inner()).insert(uid(parent), since);
     }
 
+    /// Whether this process handed `parent` over after the copy in hand was read (a driver's copy can
+    /// lag behind the process's own release). A copy as new as the release, or newer, ends the memory.
+    pub(super) fn released_since(&self, parent: &DynamicObject) -> bool {
+        let mut released = self.memory.released.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(at) = released.get(&uid(parent)) else { return false };
+        let before = read_before_release(parent.metadata.resource_version.as_deref(), at);
+        if !before {
+            released.remove(&uid(parent));
+        }
+        before
+    }
+
     pub(super) async fn hand_over(
         &self,
         member: &Member,
@@ -99,7 +113,11 @@ impl Context {
         }});
         let name = parent.metadata.name.as_deref().unwrap_or_default();
         match self.send(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await {
-            Ok(_) => tracing::info!(controller = self.definition.name, "{object}: handed over to shard member {to}"),
+            Ok(released) => {
+                let version = released.metadata.resource_version.unwrap_or_default();
+                self.memory.released.lock().unwrap_or_else(|e| e.into_inner()).insert(uid(parent), version);
+                tracing::info!(controller = self.definition.name, "{object}: handed over to shard member {to}");
+            }
             // Changed since it was read: the watch (or the next tick) brings the new version, and this
             // member lets go of it then if it is still its own and still being moved.
             Err(failed) if matches!(failed.status(), Some(404 | 409)) => {}

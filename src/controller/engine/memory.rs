@@ -1,9 +1,9 @@
 //! What the engine remembers of each parent between reconciles, behind one handle: retry timing
 //! (`backoff`), the objects in its way (`conflicts`), the statuses it wrote (`written`), its customize
-//! answer and related objects (`related`), and when its children were last looked for whatever their
-//! shard label (`swept`). The drivers reach it only through the methods here: what a reconcile's end
-//! teaches the retry store, whether a parent waits, which parents an object concerns, and forgetting a
-//! parent that is gone.
+//! answer and related objects (`related`), when its children were last looked for whatever their shard
+//! label (`swept`), and which parents this process handed over (`released`). The drivers reach it only
+//! through the methods here: what a reconcile's end teaches the retry store, whether a parent waits,
+//! which parents an object concerns, and forgetting a parent that is gone.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -22,6 +22,9 @@ pub struct Memory {
     pub(super) written: WrittenStatuses,
     pub(super) related: Related,
     pub(super) swept: Mutex<HashMap<String, Instant>>,
+    /// In a shard ring: the parents this process handed over, each with the resourceVersion its release
+    /// left, so that a driver's copy from before the release is not written from (`handover`).
+    pub(super) released: Mutex<HashMap<String, String>>,
 }
 
 impl Memory {
@@ -32,6 +35,7 @@ impl Memory {
             written: WrittenStatuses::default(),
             related,
             swept: Mutex::default(),
+            released: Mutex::default(),
         }
     }
 
@@ -71,6 +75,7 @@ impl Memory {
     /// The parent with this uid is gone: everything kept for it is forgotten.
     pub fn forget(&self, parent_uid: &str) {
         self.swept.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
+        self.released.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
         self.written.forget(parent_uid);
         self.retry.clear(parent_uid);
         self.conflicts.forget(parent_uid);

@@ -238,7 +238,9 @@ impl Context {
     pub async fn reconcile(&self, parent: &DynamicObject, children: Observed) -> Result<Done, ReconcileError> {
         if let Some(member) = &self.writer.member {
             // Whatever a driver's cache says, a parent not labelled for this member is not its to write.
-            if !member.marked(&parent.metadata) {
+            // Whatever a driver's copy says, a parent this process handed over since that copy was read
+            // is no longer its to write.
+            if !member.marked(&parent.metadata) || self.released_since(parent) {
                 return Ok(Done { outcome: Outcome::Ignored, resync_after: None, wrote: false });
             }
             if let Some(to) = member.drained_to(&parent.metadata) {

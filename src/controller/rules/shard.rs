@@ -143,6 +143,17 @@ impl Member {
     }
 }
 
+/// Whether a copy of a parent at `version` was read before this member's own release of it, which left
+/// the parent at `released` (both resourceVersions). A driver's copy can lag behind the release: written
+/// from, it would send the children's writes of a parent already handed over (the parent's own writes
+/// are refused by their guard, a child's are not). Versions that are not numbers are not compared.
+pub fn read_before_release(version: Option<&str>, released: &str) -> bool {
+    match (version.and_then(|v| v.parse::<u64>().ok()), released.parse::<u64>()) {
+        (Some(copy), Ok(released)) => copy < released,
+        _ => false,
+    }
+}
+
 /// A member's write to its parent made one the API server refuses once the parent was moved: a JSON
 /// patch first tests the member's label; an apply (which cannot test) carries the resourceVersion the
 /// member read, which any move changes. A merge patch is returned as it is: the engine's carry their
@@ -239,5 +250,14 @@ mod tests {
         for bad in ["Pod", "a_b", "-a", "", &"m".repeat(64)] {
             assert!(check_member(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_copy_read_before_the_member_let_go_is_told_apart() {
+        assert!(read_before_release(Some("41"), "42"), "the drained copy, before the release");
+        assert!(read_before_release(Some("9"), "10"), "compared as numbers, not text");
+        assert!(!read_before_release(Some("42"), "42"), "the release itself");
+        assert!(!read_before_release(Some("57"), "42"), "labelled for this member again since");
+        assert!(!read_before_release(Some("x"), "42") && !read_before_release(None, "42"));
     }
 }
