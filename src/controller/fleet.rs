@@ -105,7 +105,7 @@ impl State<'_> {
 
     async fn define(&self, kind: &'static str, object: &DynamicObject) -> Result<Vec<Definition>> {
         let value = serde_json::to_value(object)?;
-        let parsed = from_value(value).map_err(|err| anyhow!("{err}"))?;
+        let parsed = from_value(value)?;
         let definitions = from_object(self.conn, &parsed).await?;
         if let Object::Composite(_) = parsed {
             let parent = &definitions[0].family.parent;
@@ -151,7 +151,7 @@ impl Fleet {
     async fn apis(&self, conn: &Connection) -> Result<[(&'static str, Api<DynamicObject>); 2]> {
         let mut apis = Vec::new();
         for (kind, plural) in [(COMPOSITE, "compositecontrollers"), (DECORATOR, "decoratorcontrollers")] {
-            let gvr = Gvr::parse(&format!("{API_VERSION}/{plural}")).map_err(|e| anyhow!(e))?;
+            let gvr = Gvr::parse(&format!("{API_VERSION}/{plural}")).map_err(anyhow::Error::msg)?;
             let resolved = resolve_gvr(&conn.client, &gvr).await.map_err(|_| {
                 anyhow!(
                     "metacontroller's CRDs ({plural}.metacontroller.k8s.io) are not installed in this cluster; install \
@@ -259,7 +259,7 @@ impl Fleet {
         for (kind, api) in apis {
             for mut object in api.list(&params).await?.items {
                 object.types = Some(TypeMeta { api_version: API_VERSION.into(), kind: (*kind).into() });
-                let parsed = from_value(serde_json::to_value(&object)?).map_err(|err| anyhow!("{err}"));
+                let parsed = from_value(serde_json::to_value(&object)?);
                 match parsed {
                     Ok(parsed) => match from_object(conn, &parsed).await {
                         Ok(defined) => definitions.extend(defined),
