@@ -265,6 +265,11 @@ pub struct InstallCrdArgs {
     #[arg(long)]
     pub metacontroller: bool,
 
+    /// Install kro's CRDs (ResourceGraphDefinition in kro.run/v1alpha1, GraphRevision in
+    /// internal.kro.run/v1alpha1) instead, for running ResourceGraphDefinitions on a cluster without kro
+    #[arg(long, conflicts_with = "metacontroller")]
+    pub kro: bool,
+
     /// How long to wait for the CRD to become Established (e.g. 30s, 2m, 500ms); 0 does not wait
     #[arg(long, default_value = "30s", value_parser = crate::duration::parse, value_name = "DURATION")]
     pub timeout: Duration,

@@ -1,5 +1,5 @@
 //! `samplectl install-crd`: apply the embedded Sample CRD (or, with `--metacontroller`, metacontroller's
-//! three) and say what happened to each, as `kubectl apply` does.
+//! three; with `--kro`, kro's two) and say what happened to each, as `kubectl apply` does.
 
 use std::io::Write;
 
@@ -7,10 +7,14 @@ use anyhow::{Context, Result};
 
 use crate::cli::InstallCrdArgs;
 use crate::cluster::client::Connection;
-use crate::controller::crd::{CRD_YAML, DISPLAY_KIND, METACONTROLLER_CRDS_YAML, embedded, install};
+use crate::controller::crd::{CRD_YAML, DISPLAY_KIND, KRO_CRDS_YAML, METACONTROLLER_CRDS_YAML, embedded, install};
 
 fn yaml(args: &InstallCrdArgs) -> &'static str {
-    if args.metacontroller { METACONTROLLER_CRDS_YAML } else { CRD_YAML }
+    match (args.metacontroller, args.kro) {
+        (true, _) => METACONTROLLER_CRDS_YAML,
+        (_, true) => KRO_CRDS_YAML,
+        _ => CRD_YAML,
+    }
 }
 
 /// `--print`: the manifest, with no cluster needed.

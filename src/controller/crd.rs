@@ -1,5 +1,6 @@
 //! The CRDs samplectl installs: the Sample CRD the controller serves and, for clusters without them,
-//! metacontroller's (CompositeController, DecoratorController, ControllerRevision). Embedded in the
+//! metacontroller's (CompositeController, DecoratorController, ControllerRevision) and kro's
+//! (ResourceGraphDefinition, GraphRevision). Embedded in the
 //! binary, applied server-side, and waited for until Established, with what each apply came to
 //! (`created`, `configured` or `unchanged`, as `kubectl apply` says it).
 
@@ -18,6 +19,8 @@ use crate::cluster::scope;
 pub const CRD_YAML: &str = include_str!("../../manifests/crd/samples.example.com.yaml");
 /// metacontroller's three CRDs, as shipped in `manifests/crd/`.
 pub const METACONTROLLER_CRDS_YAML: &str = include_str!("../../manifests/crd/metacontroller.k8s.io.yaml");
+/// kro's two CRDs (ResourceGraphDefinition, GraphRevision), as shipped in `manifests/crd/`.
+pub const KRO_CRDS_YAML: &str = include_str!("../../manifests/crd/kro.run.yaml");
 pub const FIELD_MANAGER: &str = "samplectl";
 pub const DISPLAY_KIND: &str = "customresourcedefinition.apiextensions.k8s.io";
 

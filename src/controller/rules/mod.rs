@@ -9,6 +9,7 @@ pub mod child_write;
 pub mod children;
 pub mod decorate;
 pub mod finalizer;
+pub mod graph;
 pub mod next;
 pub mod related;
 pub mod ring;

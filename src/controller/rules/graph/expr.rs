@@ -1,0 +1,262 @@
+//! The `${...}` expressions in a ResourceGraphDefinition, found as kro finds them: a string that is
+//! exactly one `${e}` is the value of `e` (of any type); a string mixing text and expressions is their
+//! concatenation, each expression a string; braces inside an expression nest, double-quoted literals
+//! are skipped, and an unbalanced `${` is plain text. And the identifiers an expression reads, which
+//! are the edges of the resource graph.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, LazyLock};
+
+use cel::common::ast::{EntryExpr, Expr, IdedExpr};
+use serde_json::Value;
+
+/// Part of a string with expressions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    Text(String),
+    Expression(String),
+}
+
+/// What a string in a template is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Template {
+    /// Exactly one `${e}`: the value of `e`, whatever its type.
+    Whole(String),
+    /// Text and expressions, each expression's value a string.
+    Joined(Vec<Piece>),
+}
+
+impl Template {
+    pub fn expressions(&self) -> Vec<&str> {
+        match self {
+            Template::Whole(e) => vec![e.as_str()],
+            Template::Joined(pieces) => pieces
+                .iter()
+                .filter_map(|p| match p {
+                    Piece::Expression(e) => Some(e.as_str()),
+                    Piece::Text(_) => None,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The expressions in `text` and the text between them.
+pub fn scan(text: &str) -> Result<Vec<Piece>, String> {
+    let bytes = text.as_bytes();
+    let mut pieces = Vec::new();
+    let (mut from, mut text_from) = (0, 0);
+    while let Some(found) = text[from..].find("${") {
+        let start = from + found;
+        let mut depth = 1;
+        let mut at = start + 2;
+        let (mut quoted, mut escaped) = (false, false);
+        while at < bytes.len() {
+            let c = bytes[at];
+            if escaped {
+                escaped = false;
+            } else if quoted && c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                quoted = !quoted;
+            } else if !quoted {
+                if c == b'{' {
+                    depth += 1;
+                } else if c == b'}' {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                } else if bytes[at..].starts_with(b"${") && bytes[at - 1] != b'"' {
+                    return Err("nested expressions are not allowed unless inside string literals".into());
+                }
+            }
+            at += 1;
+        }
+        if depth != 0 {
+            // Not closed: plain text; look again one byte on.
+            from = start + 1;
+            continue;
+        }
+        if start > text_from {
+            pieces.push(Piece::Text(text[text_from..start].to_owned()));
+        }
+        pieces.push(Piece::Expression(text[start + 2..at].to_owned()));
+        from = at + 1;
+        text_from = from;
+    }
+    if text_from < text.len() {
+        pieces.push(Piece::Text(text[text_from..].to_owned()));
+    }
+    Ok(pieces)
+}
+
+/// What `text` is as a template: `None` when it holds no expression.
+pub fn template(text: &str) -> Result<Option<Template>, String> {
+    let pieces = scan(text)?;
+    Ok(match pieces.as_slice() {
+        [Piece::Expression(e)] => Some(Template::Whole(e.clone())),
+        _ if pieces.iter().any(|p| matches!(p, Piece::Expression(_))) => Some(Template::Joined(pieces)),
+        _ => None,
+    })
+}
+
+/// A standalone expression (`readyWhen`, `includeWhen`, `forEach`): exactly one `${e}`.
+pub fn standalone(text: &str) -> Result<String, String> {
+    match template(text)? {
+        Some(Template::Whole(e)) => Ok(e),
+        _ => Err("only standalone expressions are allowed".into()),
+    }
+}
+
+/// Every string holding expressions in `value`, with its path as kro writes it (`spec.ports[0].port`,
+/// `metadata.labels["app.kubernetes.io/name"]` for a key that is not an identifier).
+pub fn templates(value: &Value) -> Result<Vec<(String, Template)>, String> {
+    let mut found = Vec::new();
+    walk(value, String::new(), &mut found)?;
+    Ok(found)
+}
+
+fn walk(value: &Value, path: String, found: &mut Vec<(String, Template)>) -> Result<(), String> {
+    match value {
+        Value::String(text) => {
+            if let Some(template) = template(text)? {
+                found.push((path, template));
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                walk(item, format!("{path}[{i}]"), found)?;
+            }
+        }
+        Value::Object(fields) => {
+            for (key, field) in fields {
+                let simple = key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                let path = match (path.is_empty(), simple) {
+                    (true, true) => key.clone(),
+                    (false, true) => format!("{path}.{key}"),
+                    (_, false) => format!("{path}[{key:?}]"),
+                };
+                walk(field, path, found)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The environment every expression is parsed in: the standard macros and the optional syntax
+/// (`a.?b`, as kro enables it).
+pub static PARSER_ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));
+
+/// Library namespaces a call may be made through (`random.seededString(...)`), not identifiers.
+const NAMESPACES: &[&str] =
+    &["random", "json", "hash", "base64", "lists", "strings", "math", "optional", "sets", "url", "net", "quantity"];
+
+/// The free identifiers `expression` reads (those no comprehension binds), or the parse error.
+pub fn identifiers(expression: &str) -> Result<BTreeSet<String>, String> {
+    let program = PARSER_ENV.compile(expression).map_err(|e| e.to_string())?;
+    let mut names = BTreeSet::new();
+    collect(program.expression(), &mut Vec::new(), &mut names);
+    Ok(names)
+}
+
+fn collect(node: &IdedExpr, bound: &mut Vec<String>, names: &mut BTreeSet<String>) {
+    match &node.expr {
+        Expr::Ident(name) => {
+            if !bound.contains(name) {
+                names.insert(name.clone());
+            }
+        }
+        Expr::Select(select) => collect(&select.operand, bound, names),
+        Expr::Call(call) => {
+            match call.target.as_deref() {
+                Some(IdedExpr { expr: Expr::Ident(ns), .. })
+                    if NAMESPACES.contains(&ns.as_str()) && !bound.contains(ns) => {}
+                Some(target) => collect(target, bound, names),
+                None => {}
+            }
+            call.args.iter().for_each(|a| collect(a, bound, names));
+        }
+        Expr::List(list) => list.elements.iter().for_each(|e| collect(e, bound, names)),
+        Expr::Map(map) => map.entries.iter().for_each(|e| entry(&e.expr, bound, names)),
+        Expr::Struct(s) => s.entries.iter().for_each(|e| entry(&e.expr, bound, names)),
+        Expr::Comprehension(c) => {
+            collect(&c.iter_range, bound, names);
+            collect(&c.accu_init, bound, names);
+            let depth = bound.len();
+            bound.push(c.iter_var.clone());
+            bound.extend(c.iter_var2.clone());
+            bound.push(c.accu_var.clone());
+            for part in [&c.loop_cond, &c.loop_step, &c.result] {
+                collect(part, bound, names);
+            }
+            bound.truncate(depth);
+        }
+        Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+fn entry(entry: &EntryExpr, bound: &mut Vec<String>, names: &mut BTreeSet<String>) {
+    match entry {
+        EntryExpr::MapEntry(e) => {
+            collect(&e.key, bound, names);
+            collect(&e.value, bound, names);
+        }
+        EntryExpr::StructField(f) => collect(&f.value, bound, names),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn text(s: &str) -> Piece {
+        Piece::Text(s.into())
+    }
+
+    fn expr(s: &str) -> Piece {
+        Piece::Expression(s.into())
+    }
+
+    #[test]
+    fn whole_joined_and_plain_strings() {
+        assert_eq!(template("${schema.spec.replicas}").unwrap(), Some(Template::Whole("schema.spec.replicas".into())));
+        assert_eq!(
+            template("${schema.metadata.name}-svc").unwrap(),
+            Some(Template::Joined(vec![expr("schema.metadata.name"), text("-svc")]))
+        );
+        assert_eq!(template("nginx:latest").unwrap(), None);
+        assert_eq!(template("cost: ${").unwrap(), None, "an unclosed ${{ is text");
+        assert_eq!(
+            scan("a${x.map(m, {\"k\": m})}b${\"}\"}").unwrap(),
+            [text("a"), expr("x.map(m, {\"k\": m})"), text("b"), expr("\"}\"")]
+        );
+        assert_eq!(scan("${a + \"${b}\"}").unwrap(), [expr("a + \"${b}\"")]);
+        assert!(scan("${a ${b}}").unwrap_err().starts_with("nested expressions are not allowed"));
+        assert_eq!(standalone("x ${a}").unwrap_err(), "only standalone expressions are allowed");
+    }
+
+    #[test]
+    fn templates_are_found_with_their_paths() {
+        let found = templates(&json!({
+            "metadata": {"name": "${schema.metadata.name}", "labels": {"app.kubernetes.io/name": "${x}"}},
+            "spec": {"ports": [{"port": "${schema.spec.port}"}], "replicas": 2},
+        }))
+        .unwrap();
+        let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["metadata.labels[\"app.kubernetes.io/name\"]", "metadata.name", "spec.ports[0].port"]);
+    }
+
+    #[test]
+    fn identifiers_leave_out_what_comprehensions_bind_and_library_namespaces() {
+        let names = identifiers("schema.spec.items.map(x, x + svc.spec.clusterIP)").unwrap();
+        assert_eq!(names, BTreeSet::from(["schema".to_owned(), "svc".to_owned()]));
+        let names = identifiers("random.seededString(10, schema.metadata.uid)").unwrap();
+        assert_eq!(names, BTreeSet::from(["schema".to_owned()]));
+        let names = identifiers("input.?data.ECHO_VALUE.orValue(\"not found\")").unwrap();
+        assert_eq!(names, BTreeSet::from(["input".to_owned()]));
+        assert!(identifiers("a +").is_err());
+    }
+}

@@ -1,0 +1,9 @@
+//! kro's ResourceGraphDefinitions, decided without a cluster: the instance API's schema from SimpleSchema,
+//! the CRD kro would generate for it, the resource graph and its order, and the conditions kro reports.
+
+pub mod conditions;
+pub mod dag;
+pub mod expr;
+pub mod plural;
+pub mod rgd;
+pub mod schema;
