@@ -1,0 +1,213 @@
+//! kro's expressions evaluated in process: CEL with the standard macros, optional values (`a.?b`,
+//! `orValue`), the strings, lists, encoders and math extensions, and kro's own functions that generated
+//! names depend on (`random.seededString` and `random.seededInt`, byte for byte as kro computes them).
+//! An error that only says the data is not there yet (a missing key or field, an index out of range) is
+//! `Pending`, as kro reads it: the resource waits, nothing failed.
+
+use std::sync::{Arc, LazyLock};
+
+use cel::objects::{Key, Map};
+use cel::{Context, Env, ExecutionError};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::expr::{Piece, Template};
+
+/// Why an expression has no value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unresolved {
+    /// The data it reads is not there yet: wait for it.
+    Pending(String),
+    /// It cannot be evaluated: a wrong type, a bad call, a parse error.
+    Failed(String),
+}
+
+impl std::fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unresolved::Pending(why) | Unresolved::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
+    let mut env = Env::stdlib();
+    for extension in
+        [cel::extensions::strings, cel::extensions::lists, cel::extensions::encoders, cel::extensions::math]
+    {
+        env.add_extension(extension).expect("the extensions declare distinct functions");
+    }
+    Arc::new(env)
+});
+
+const ALPHANUMERIC: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+
+/// A string of `length` characters from `0-9a-z` that depends only on `seed`: character i is the
+/// big-endian u32 at byte (4i mod 32) of SHA-256(seed), modulo 36.
+pub fn seeded_string(length: i64, seed: &str) -> Result<String, String> {
+    if length <= 0 {
+        return Err("random.seededString length must be positive".into());
+    }
+    let hash = Sha256::digest(seed.as_bytes());
+    Ok((0..length as usize)
+        .map(|i| {
+            let at = (i * 4) % hash.len();
+            let n = u32::from_be_bytes([hash[at], hash[at + 1], hash[at + 2], hash[at + 3]]);
+            ALPHANUMERIC[(n % ALPHANUMERIC.len() as u32) as usize] as char
+        })
+        .collect())
+}
+
+/// An integer in `[min, max)` that depends only on `seed`: the first eight bytes of SHA-256(seed), big
+/// endian, modulo the range.
+pub fn seeded_int(min: i64, max: i64, seed: &str) -> Result<i64, String> {
+    if min >= max {
+        return Err("random.seededInt min must be less than max".into());
+    }
+    let hash = Sha256::digest(seed.as_bytes());
+    let v = u64::from_be_bytes(hash[..8].try_into().expect("eight bytes"));
+    let range = max.wrapping_sub(min) as u64;
+    Ok(min.wrapping_add((v % range) as i64))
+}
+
+/// A JSON value as CEL sees it: whole numbers are `int` (as the API server's integers are), others
+/// `double`.
+pub fn to_cel(value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or_default()),
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
+        Value::Object(fields) => {
+            let map: std::collections::HashMap<Key, cel::Value> =
+                fields.iter().map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v))).collect();
+            cel::Value::Map(Map { map: Arc::new(map) })
+        }
+    }
+}
+
+fn pending(err: &ExecutionError) -> bool {
+    let text = err.to_string();
+    matches!(err, ExecutionError::NoSuchKey(_) | ExecutionError::IndexOutOfBounds(_))
+        || ["no such key", "no such field", "no such attribute", "index out of bounds"].iter().any(|s| text.contains(s))
+}
+
+/// The variables an expression may read: `schema` (the instance) and each resource observed, by id.
+pub struct Scope<'a> {
+    pub variables: Vec<(&'a str, &'a Value)>,
+}
+
+impl Scope<'_> {
+    fn context(&self) -> Result<Context<'static, 'static>, Unresolved> {
+        let mut context = Context::with_env(ENV.clone());
+        let failed = |e: cel::DeclarationError| Unresolved::Failed(e.to_string());
+        context
+            .add_function("random.seededString", |n: i64, seed: Arc<String>| {
+                seeded_string(n, &seed)
+                    .map(|s| cel::Value::String(Arc::new(s)))
+                    .map_err(|e| ExecutionError::function_error("random.seededString", e))
+            })
+            .map_err(failed)?;
+        context
+            .add_function("random.seededInt", |min: i64, max: i64, seed: Arc<String>| {
+                seeded_int(min, max, &seed)
+                    .map(cel::Value::Int)
+                    .map_err(|e| ExecutionError::function_error("random.seededInt", e))
+            })
+            .map_err(failed)?;
+        for (name, value) in &self.variables {
+            context.add_variable_from_value(*name, to_cel(value));
+        }
+        Ok(context)
+    }
+
+    /// The value of one expression, as JSON.
+    pub fn evaluate(&self, expression: &str) -> Result<Value, Unresolved> {
+        let program = ENV.compile(expression).map_err(|e| Unresolved::Failed(e.to_string()))?;
+        let context = self.context()?;
+        let value = program.execute(&context).map_err(|e| match pending(&e) {
+            true => Unresolved::Pending(e.to_string()),
+            false => Unresolved::Failed(e.to_string()),
+        })?;
+        value.json().map_err(|e| Unresolved::Failed(e.to_string()))
+    }
+
+    /// A template's value: the expression's for a whole one; the text with each expression's string put
+    /// in for a joined one.
+    pub fn render(&self, template: &Template) -> Result<Value, Unresolved> {
+        match template {
+            Template::Whole(expression) => self.evaluate(expression),
+            Template::Joined(pieces) => {
+                let mut text = String::new();
+                for piece in pieces {
+                    match piece {
+                        Piece::Text(t) => text.push_str(t),
+                        Piece::Expression(e) => match self.evaluate(e)? {
+                            Value::String(s) => text.push_str(&s),
+                            other => {
+                                return Err(Unresolved::Failed(format!(
+                                    "expression {e:?} returns {} where a string is expected; use string(...)",
+                                    super::super::children::json_type(&other)
+                                )));
+                            }
+                        },
+                    }
+                }
+                Ok(Value::String(text))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn seeded_values_are_kros() {
+        // Computed with kro's Go implementation (pkg/cel/library/random.go).
+        assert_eq!(seeded_string(10, "abc").unwrap(), "r6qfjs5dr6");
+        assert_eq!(seeded_string(12, "3f2a9c1e-uid").unwrap(), "ag7bab4fag7b");
+        assert_eq!(seeded_string(40, "x").unwrap(), "iot11jnp".repeat(5));
+        assert_eq!((seeded_int(10, 20, "seed").unwrap(), seeded_int(-5, 1_000_000, "kro").unwrap()), (12, 212150));
+        assert!(seeded_string(0, "abc").is_err());
+        assert!(seeded_int(5, 5, "x").is_err());
+    }
+
+    #[test]
+    fn expressions_read_the_instance_and_resources() {
+        let instance =
+            json!({"metadata": {"name": "demo", "uid": "u-1"}, "spec": {"replicas": 3, "names": ["a", "b"]}});
+        let config = json!({"data": {"KEY": "v"}});
+        let scope = Scope { variables: vec![("schema", &instance), ("config", &config)] };
+        assert_eq!(scope.evaluate("schema.spec.replicas + 1").unwrap(), json!(4));
+        assert_eq!(scope.evaluate("schema.spec.names.join(\",\")").unwrap(), json!("a,b"));
+        assert_eq!(scope.evaluate("config.?data.MISSING.orValue(\"none\")").unwrap(), json!("none"));
+        assert_eq!(
+            scope
+                .render(&Template::Joined(vec![
+                    Piece::Expression("schema.metadata.name".into()),
+                    Piece::Text("-svc".into())
+                ]))
+                .unwrap(),
+            json!("demo-svc")
+        );
+        assert!(matches!(scope.evaluate("config.status.ready"), Err(Unresolved::Pending(_))));
+        assert!(matches!(scope.evaluate("schema.spec.names[5]"), Err(Unresolved::Pending(_))));
+        assert!(matches!(scope.evaluate("schema.spec.replicas + \"x\""), Err(Unresolved::Failed(_))));
+        assert!(matches!(
+            scope.render(&Template::Joined(vec![Piece::Expression("schema.spec.replicas".into())])),
+            Err(Unresolved::Failed(_))
+        ));
+        assert_eq!(
+            scope.evaluate("random.seededString(5, schema.metadata.uid)").unwrap(),
+            json!(seeded_string(5, "u-1").unwrap())
+        );
+    }
+}
