@@ -109,15 +109,65 @@ pub fn standalone(text: &str) -> Result<String, String> {
     }
 }
 
-/// Every string holding expressions in `value`, with its path as kro writes it (`spec.ports[0].port`,
-/// `metadata.labels["app.kubernetes.io/name"]` for a key that is not an identifier).
-pub fn templates(value: &Value) -> Result<Vec<(String, Template)>, String> {
+/// One step of a path into an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Field(String),
+    Index(usize),
+}
+
+/// Where a string with expressions sits in an object.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Path(pub Vec<Step>);
+
+impl std::fmt::Display for Path {
+    /// As kro writes it: `spec.ports[0].port`, `metadata.labels["app.kubernetes.io/name"]` for a key
+    /// that is not an identifier.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, step) in self.0.iter().enumerate() {
+            match step {
+                Step::Field(key) if key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+                    if i > 0 {
+                        f.write_str(".")?;
+                    }
+                    f.write_str(key)?;
+                }
+                Step::Field(key) => write!(f, "[{key:?}]")?,
+                Step::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Path {
+    fn with(&self, step: Step) -> Path {
+        let mut steps = self.0.clone();
+        steps.push(step);
+        Path(steps)
+    }
+
+    /// Puts `value` at this path in `object`, which holds the path already (it is where the template was).
+    pub fn set(&self, object: &mut Value, value: Value) {
+        let mut at = object;
+        for step in &self.0 {
+            at = match step {
+                Step::Field(key) => &mut at[key.as_str()],
+                Step::Index(n) => &mut at[*n],
+            };
+        }
+        *at = value;
+    }
+}
+
+/// Every string holding expressions in `value`, with where it is.
+pub fn templates(value: &Value) -> Result<Vec<(Path, Template)>, String> {
     let mut found = Vec::new();
-    walk(value, String::new(), &mut found)?;
+    walk(value, Path::default(), &mut found)?;
     Ok(found)
 }
 
-fn walk(value: &Value, path: String, found: &mut Vec<(String, Template)>) -> Result<(), String> {
+fn walk(value: &Value, path: Path, found: &mut Vec<(Path, Template)>) -> Result<(), String> {
     match value {
         Value::String(text) => {
             if let Some(template) = template(text)? {
@@ -126,18 +176,12 @@ fn walk(value: &Value, path: String, found: &mut Vec<(String, Template)>) -> Res
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                walk(item, format!("{path}[{i}]"), found)?;
+                walk(item, path.with(Step::Index(i)), found)?;
             }
         }
         Value::Object(fields) => {
             for (key, field) in fields {
-                let simple = key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-                let path = match (path.is_empty(), simple) {
-                    (true, true) => key.clone(),
-                    (false, true) => format!("{path}.{key}"),
-                    (_, false) => format!("{path}[{key:?}]"),
-                };
-                walk(field, path, found)?;
+                walk(field, path.with(Step::Field(key.clone())), found)?;
             }
         }
         _ => {}
@@ -245,7 +289,10 @@ mod tests {
             "spec": {"ports": [{"port": "${schema.spec.port}"}], "replicas": 2},
         }))
         .unwrap();
-        let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        let mut copy = json!({"spec": {"ports": [{"port": 1}]}});
+        found[2].0.set(&mut copy, json!(80));
+        assert_eq!(copy, json!({"spec": {"ports": [{"port": 80}]}}));
+        let paths: Vec<String> = found.iter().map(|(p, _)| p.to_string()).collect();
         assert_eq!(paths, ["metadata.labels[\"app.kubernetes.io/name\"]", "metadata.name", "spec.ports[0].port"]);
     }
 

@@ -5,6 +5,7 @@ pub mod cel;
 pub mod conditions;
 pub mod dag;
 pub mod expr;
+pub mod instance;
 pub mod plural;
 pub mod rgd;
 pub mod schema;

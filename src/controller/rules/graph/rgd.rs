@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde_json::{Map, Value, json};
 
 use super::dag::Dag;
-use super::expr::{self, Template};
+use super::expr::{self, Path, Step, Template};
 use super::plural::pluralize;
 use super::schema::spec_schema;
 
@@ -75,6 +75,8 @@ const RESERVED: &[&str] = &[
 
 /// The most forEach dimensions one resource may have (kro's `--rgd-max-collection-dimension-size`).
 pub const MAX_DIMENSIONS: usize = 10;
+/// The most items one forEach resource may make (kro's `--rgd-max-collection-size`).
+pub const MAX_COLLECTION: usize = 1000;
 
 /// The API an RGD defines.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,7 +116,7 @@ pub struct Node {
     pub kind: String,
     pub source: Source,
     /// The strings with expressions in the template (or the external reference), by path.
-    pub templates: Vec<(String, Template)>,
+    pub templates: Vec<(Path, Template)>,
     pub ready_when: Vec<String>,
     pub include_when: Vec<String>,
     /// forEach dimensions, in order: iterator name and expression.
@@ -138,7 +140,7 @@ pub struct Graph {
     pub order: Vec<String>,
     pub waves: HashMap<String, usize>,
     /// `spec.schema.status`: each field with expressions, by path under `status`.
-    pub status: Vec<(String, Template)>,
+    pub status: Vec<(Path, Template)>,
 }
 
 impl Graph {
@@ -432,7 +434,7 @@ fn check_ready_when(node: &Node) -> Result<(), String> {
 }
 
 /// The status fields and their expressions; `conditions` is the author's own list and is left out.
-fn status_templates(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Vec<(String, Template)>, String> {
+fn status_templates(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Vec<(Path, Template)>, String> {
     let Some(Value::Object(fields)) = status else { return Ok(Vec::new()) };
     let mut plain = Map::new();
     for (key, value) in fields {
@@ -444,7 +446,7 @@ fn status_templates(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Ve
         .map_err(|e| format!("failed to extract CEL expressions from status: {e}"))?;
     let mut without = Vec::new();
     leaves(&Value::Object(plain), String::new(), &mut without);
-    let literal: Vec<&String> = without.iter().filter(|p| !found.iter().any(|(f, _)| f == *p)).collect();
+    let literal: Vec<&String> = without.iter().filter(|p| !found.iter().any(|(f, _)| f.to_string() == **p)).collect();
     if !literal.is_empty() {
         return Err(format!("status fields without expressions are not supported: {literal:?}"));
     }
@@ -475,16 +477,24 @@ fn leaves(value: &Value, path: String, into: &mut Vec<String>) {
 /// The instance CRD kro generates: one served version with a status subresource, kro's default printer
 /// columns unless the RGD gives its own, `spec` from SimpleSchema, and a `status` with kro's `state` and
 /// `conditions` beside the RGD's own fields.
-fn crd(api: &InstanceApi, schema: &Value, spec: Value, status: &[(String, Template)]) -> Value {
+fn crd(api: &InstanceApi, schema: &Value, spec: Value, status: &[(Path, Template)]) -> Value {
     let mut status_properties = Map::new();
     for (path, template) in status {
+        let fields: Vec<&str> = path
+            .0
+            .iter()
+            .filter_map(|s| match s {
+                Step::Field(f) => Some(f.as_str()),
+                Step::Index(_) => None,
+            })
+            .collect();
+        let Some((last, parents)) = fields.split_last() else { continue };
         let mut at = &mut status_properties;
-        let parts: Vec<&str> = path.split('.').collect();
-        for part in &parts[..parts.len() - 1] {
+        for part in parents {
             let entry = at.entry((*part).to_owned()).or_insert_with(|| json!({"type": "object", "properties": {}}));
             at = entry["properties"].as_object_mut().expect("an object schema");
         }
-        at.insert(parts[parts.len() - 1].to_owned(), status_field_type(template));
+        at.insert((*last).to_owned(), status_field_type(template));
     }
     status_properties.entry("state").or_insert_with(|| json!({"type": "string"}));
     status_properties.entry("conditions").or_insert_with(|| {

@@ -1,0 +1,549 @@
+//! One instance of a ResourceGraphDefinition, decided without a cluster: given the instance and the
+//! objects observed (its children, the external objects it refers to), which children it should have
+//! now, with kro's labels, and the status kro would write (its conditions, `state`, and the RGD's status
+//! fields). Resources are walked in topological order: one is rendered only once every resource it reads
+//! exists and is ready; `includeWhen` false skips it and everything that reads it; an expression whose
+//! data is not there yet leaves the resource waiting, and a child that exists stays as it is meanwhile.
+//! While the instance is deleted, its children go in waves, the last applied first.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Map, Value, json};
+
+use super::cel::{Scope, Unresolved};
+use super::conditions::Conditions;
+use super::rgd::{Graph, Node, Source};
+
+pub const FINALIZER: &str = "kro.run/finalizer";
+pub const NODE_ID_LABEL: &str = "kro.run/node-id";
+pub const APPLY_ORDER_ANNOTATION: &str = "internal.kro.run/apply-order";
+/// The annotation that suspends an instance (`suspended`, or the older `disabled`).
+pub const RECONCILE_ANNOTATION: &str = "kro.run/reconcile";
+const DEPENDENTS: &[&str] = &["InstanceManaged", "GraphResolved", "ResourcesReady"];
+
+/// The RGD an instance belongs to, and the version samplectl writes in kro's version label.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub rgd_name: String,
+    pub rgd_uid: String,
+    pub version: String,
+}
+
+/// What an instance should be given what was observed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Every child it should have: rendered, or as observed while its resource waits.
+    pub children: Vec<Value>,
+    /// The whole status to write.
+    pub status: Value,
+    /// Labels for the instance itself.
+    pub labels: BTreeMap<String, Option<String>>,
+    /// While deleting: every child is gone.
+    pub finalized: bool,
+}
+
+/// Where one resource of the graph stands.
+#[derive(Debug, Clone, PartialEq)]
+enum NodeState {
+    /// Exists and is ready.
+    Synced,
+    /// Left out by includeWhen (or because a resource it reads is).
+    Skipped,
+    /// Rendered and written, not ready yet; or waiting for data.
+    InProgress(String),
+    /// Waiting for a resource it reads.
+    Waiting(String),
+    Error(String),
+}
+
+fn is_suspended(instance: &Value) -> bool {
+    instance["metadata"]["annotations"][RECONCILE_ANNOTATION]
+        .as_str()
+        .is_some_and(|v| v.eq_ignore_ascii_case("suspended") || v.eq_ignore_ascii_case("disabled"))
+}
+
+/// The instance as `schema` reads it: everything but its status.
+fn schema_of(instance: &Value) -> Value {
+    let mut schema = instance.clone();
+    if let Some(fields) = schema.as_object_mut() {
+        fields.remove("status");
+        if let Some(meta) = fields.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+    }
+    schema
+}
+
+/// kro's labels on the instance itself.
+fn instance_labels(origin: &Origin) -> BTreeMap<String, Option<String>> {
+    BTreeMap::from([
+        ("kro.run/owned".to_owned(), Some("true".to_owned())),
+        ("kro.run/kro-version".to_owned(), Some(origin.version.clone())),
+        ("kro.run/resource-graph-definition-id".to_owned(), Some(origin.rgd_uid.clone())),
+        ("kro.run/resource-graph-definition-name".to_owned(), Some(origin.rgd_name.clone())),
+    ])
+}
+
+/// kro's labels on a child of `node`.
+fn child_labels(graph: &Graph, instance: &Value, node: &Node, origin: &Origin) -> Map<String, Value> {
+    let meta = &instance["metadata"];
+    let mut labels = Map::new();
+    labels.insert("kro.run/owned".into(), json!("true"));
+    labels.insert("kro.run/kro-version".into(), json!(origin.version));
+    labels.insert("kro.run/instance-id".into(), meta["uid"].clone());
+    labels.insert("kro.run/instance-name".into(), meta["name"].clone());
+    labels.insert("kro.run/instance-group".into(), json!(graph.api.group));
+    labels.insert("kro.run/instance-version".into(), json!(graph.api.version));
+    labels.insert("kro.run/instance-kind".into(), json!(graph.api.kind));
+    if graph.api.namespaced {
+        labels.insert("kro.run/instance-namespace".into(), meta["namespace"].clone());
+    }
+    labels.insert(NODE_ID_LABEL.into(), json!(node.id));
+    labels
+}
+
+/// The observed children of `node`: those carrying its node-id label.
+fn observed_of<'a>(children: &'a [Value], node: &Node) -> Vec<&'a Value> {
+    children.iter().filter(|c| c["metadata"]["labels"][NODE_ID_LABEL].as_str() == Some(node.id.as_str())).collect()
+}
+
+/// A child as it should be kept while its resource waits: as observed, without what the server sets.
+fn kept(observed: &Value) -> Value {
+    let mut body = observed.clone();
+    if let Some(fields) = body.as_object_mut() {
+        fields.remove("status");
+    }
+    body
+}
+
+/// Decides what `instance` should be. `children` are the objects it controls, `external` the objects
+/// each external reference names (by resource id: one or, for a selector, several; absent when none),
+/// and `created`/`now` RFC 3339 times for the conditions.
+pub fn decide(
+    graph: &Graph,
+    origin: &Origin,
+    instance: &Value,
+    children: &[Value],
+    external: &HashMap<String, Vec<Value>>,
+    deleting: bool,
+    now: &str,
+) -> Decision {
+    let meta = &instance["metadata"];
+    let generation = meta["generation"].as_i64().unwrap_or_default();
+    let created = meta["creationTimestamp"].as_str().unwrap_or(now);
+    let current = instance["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let current = current.into_iter().filter_map(|c| serde_json::from_value(c).ok()).collect();
+    let mut conditions = Conditions::read(current, DEPENDENTS, &[], (generation, deleting), created, now);
+    let labels = instance_labels(origin);
+    conditions.set_true("InstanceManaged", "Managed", "instance is properly managed with finalizers and labels");
+
+    if deleting {
+        return delete_in_waves(graph, instance, children, conditions);
+    }
+    conditions.set_true("GraphResolved", "Resolved", "runtime graph created and all resources resolved");
+    if is_suspended(instance) {
+        conditions.set_false(
+            "ResourcesReady",
+            "ReconciliationSuspended",
+            &format!("reconciliation suspended via {RECONCILE_ANNOTATION} annotation"),
+        );
+        let kept_children = children.iter().map(kept).collect();
+        let status = status(instance, conditions, "IN_PROGRESS", Map::new());
+        return Decision { children: kept_children, status, labels, finalized: false };
+    }
+
+    let schema = schema_of(instance);
+    let mut values: HashMap<String, Value> = HashMap::new();
+    let mut states: BTreeMap<String, NodeState> = BTreeMap::new();
+    let mut desired = Vec::new();
+    for id in &graph.order {
+        let node = graph.node(id).expect("the order names the graph's nodes");
+        let (state, value) =
+            walk_node(graph, origin, instance, &schema, node, children, external, &states, &values, &mut desired);
+        if let Some(value) = value {
+            values.insert(id.clone(), value);
+        }
+        states.insert(id.clone(), state);
+    }
+
+    let errors: Vec<String> = states
+        .iter()
+        .filter_map(|(id, s)| if let NodeState::Error(e) = s { Some(format!("{id}: {e}")) } else { None })
+        .collect();
+    let waiting: Vec<String> = states
+        .iter()
+        .filter_map(|(id, s)| match s {
+            NodeState::InProgress(why) | NodeState::Waiting(why) => Some(format!("{id}: {why}")),
+            _ => None,
+        })
+        .collect();
+    let state = match (errors.is_empty(), waiting.is_empty()) {
+        (false, _) => {
+            conditions.set_false("ResourcesReady", "NotReady", &format!("resource error: {}", errors.join("; ")));
+            "ERROR"
+        }
+        (true, false) => {
+            conditions.set_false(
+                "ResourcesReady",
+                "NotReady",
+                &format!("awaiting resource readiness: {}", waiting.join("; ")),
+            );
+            "IN_PROGRESS"
+        }
+        (true, true) => {
+            conditions.set_true("ResourcesReady", "AllResourcesReady", "all resources are created and ready");
+            "ACTIVE"
+        }
+    };
+
+    // The RGD's own status fields, from the instance and what was observed; one whose data is not
+    // there yet is left out.
+    let mut variables: Vec<(&str, &Value)> = vec![("schema", &schema)];
+    variables.extend(values.iter().map(|(k, v)| (k.as_str(), v)));
+    let scope = Scope { variables };
+    let mut fields = Value::Object(Map::new());
+    for (path, template) in &graph.status {
+        if let Ok(value) = scope.render(template) {
+            let mut at = &mut fields;
+            for step in &path.0 {
+                if let super::expr::Step::Field(key) = step {
+                    if !at.get(key.as_str()).is_some_and(Value::is_object) {
+                        at[key.as_str()] = json!({});
+                    }
+                    at = &mut at[key.as_str()];
+                }
+            }
+            *at = value;
+        }
+    }
+    let fields = match fields {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    let status = status(instance, conditions, state, fields);
+    Decision { children: desired, status, labels, finalized: false }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_node(
+    graph: &Graph,
+    origin: &Origin,
+    instance: &Value,
+    schema: &Value,
+    node: &Node,
+    children: &[Value],
+    external: &HashMap<String, Vec<Value>>,
+    states: &BTreeMap<String, NodeState>,
+    values: &HashMap<String, Value>,
+    desired: &mut Vec<Value>,
+) -> (NodeState, Option<Value>) {
+    let observed = observed_of(children, node);
+    let keep_observed = |desired: &mut Vec<Value>| desired.extend(observed.iter().map(|o| kept(o)));
+    // A resource that reads one skipped is skipped; one that reads a resource not ready waits.
+    for dependency in &node.dependencies {
+        match states.get(dependency) {
+            Some(NodeState::Skipped) => return (NodeState::Skipped, None),
+            Some(NodeState::Synced) => {}
+            _ => {
+                keep_observed(desired);
+                return (NodeState::Waiting(format!("waiting for {dependency}")), None);
+            }
+        }
+    }
+    let mut variables: Vec<(&str, &Value)> = vec![("schema", schema)];
+    variables.extend(values.iter().map(|(k, v)| (k.as_str(), v)));
+    let scope = Scope { variables };
+    for condition in &node.include_when {
+        match scope.evaluate(condition) {
+            Ok(Value::Bool(true)) => {}
+            Ok(Value::Bool(false)) => return (NodeState::Skipped, None),
+            Ok(other) => {
+                return (NodeState::Error(format!("includeWhen {condition:?} returned {other}, not a bool")), None);
+            }
+            Err(Unresolved::Pending(why)) => {
+                keep_observed(desired);
+                return (NodeState::Waiting(why), None);
+            }
+            Err(Unresolved::Failed(why)) => {
+                return (NodeState::Error(format!("includeWhen {condition:?}: {why}")), None);
+            }
+        }
+    }
+    match &node.source {
+        Source::External { selector, .. } => {
+            let found = external.get(&node.id).cloned().unwrap_or_default();
+            let value = match selector {
+                Some(_) => Value::Array(found),
+                None => match found.into_iter().next() {
+                    Some(object) => object,
+                    None => return (NodeState::Waiting(format!("external reference {} not found", node.id)), None),
+                },
+            };
+            (ready(&node.id, node, &value), Some(value))
+        }
+        Source::Template(template) => {
+            if !node.for_each.is_empty() {
+                return collection(graph, origin, instance, node, template, &scope, &observed, desired);
+            }
+            let mut body = template.clone();
+            for (path, expression) in &node.templates {
+                match scope.render(expression) {
+                    Ok(value) => path.set(&mut body, value),
+                    Err(Unresolved::Pending(why)) => {
+                        keep_observed(desired);
+                        return (NodeState::InProgress(why), None);
+                    }
+                    Err(Unresolved::Failed(why)) => {
+                        keep_observed(desired);
+                        return (NodeState::Error(format!("{path}: {why}")), None);
+                    }
+                }
+            }
+            mark(&mut body, graph, instance, node, origin, None);
+            let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+            desired.push(body);
+            match observed.iter().find(|o| o["metadata"]["name"].as_str() == Some(name.as_str())) {
+                Some(object) => (ready(&node.id, node, object), Some((*object).clone())),
+                None => (NodeState::InProgress("not created yet".into()), None),
+            }
+        }
+    }
+}
+
+/// kro's labels and apply-order annotation on a rendered child (and its place in a collection).
+fn mark(body: &mut Value, graph: &Graph, instance: &Value, node: &Node, origin: &Origin, item: Option<(usize, usize)>) {
+    let mut labels = child_labels(graph, instance, node, origin);
+    if let Some((index, size)) = item {
+        labels.insert("kro.run/collection-index".into(), json!(index.to_string()));
+        labels.insert("kro.run/collection-size".into(), json!(size.to_string()));
+    }
+    let meta = &mut body["metadata"];
+    for (key, value) in labels {
+        meta["labels"][key] = value;
+    }
+    let wave = graph.waves.get(&node.id).copied().unwrap_or(1);
+    meta["annotations"][APPLY_ORDER_ANNOTATION] = json!(wave.to_string());
+}
+
+/// Whether an observed resource passes its readyWhen (each one with the resource bound to its id).
+fn ready(id: &str, node: &Node, value: &Value) -> NodeState {
+    let scope = Scope { variables: vec![(id, value)] };
+    for condition in &node.ready_when {
+        match scope.evaluate(condition) {
+            Ok(Value::Bool(true)) => {}
+            Ok(Value::Bool(false)) => return NodeState::InProgress(format!("readyWhen {condition:?} is false")),
+            Ok(other) => return NodeState::Error(format!("readyWhen {condition:?} returned {other}, not a bool")),
+            Err(Unresolved::Pending(why)) => return NodeState::InProgress(why),
+            Err(Unresolved::Failed(why)) => return NodeState::Error(format!("readyWhen {condition:?}: {why}")),
+        }
+    }
+    NodeState::Synced
+}
+
+/// A forEach resource: one child per combination of its dimensions' items.
+#[allow(clippy::too_many_arguments)]
+fn collection(
+    graph: &Graph,
+    origin: &Origin,
+    instance: &Value,
+    node: &Node,
+    template: &Value,
+    scope: &Scope,
+    observed: &[&Value],
+    desired: &mut Vec<Value>,
+) -> (NodeState, Option<Value>) {
+    let mut dimensions: Vec<(&str, Vec<Value>)> = Vec::new();
+    for (iterator, expression) in &node.for_each {
+        match scope.evaluate(expression) {
+            Ok(Value::Array(items)) => dimensions.push((iterator, items)),
+            Ok(other) => return (NodeState::Error(format!("forEach {iterator:?} returned {other}, not a list")), None),
+            Err(Unresolved::Pending(why)) => {
+                desired.extend(observed.iter().map(|o| kept(o)));
+                return (NodeState::Waiting(why), None);
+            }
+            Err(Unresolved::Failed(why)) => return (NodeState::Error(format!("forEach {iterator:?}: {why}")), None),
+        }
+    }
+    let mut combinations: Vec<Vec<&Value>> = vec![Vec::new()];
+    for (_, items) in &dimensions {
+        combinations = combinations
+            .into_iter()
+            .flat_map(|prefix| items.iter().map(move |item| [prefix.clone(), vec![item]].concat()))
+            .collect();
+    }
+    if combinations.len() > super::rgd::MAX_COLLECTION {
+        let why = format!("forEach makes {} items, more than {}", combinations.len(), super::rgd::MAX_COLLECTION);
+        return (NodeState::Error(why), None);
+    }
+    let size = combinations.len();
+    let mut names = Vec::with_capacity(size);
+    for (index, combination) in combinations.iter().enumerate() {
+        let mut variables = scope.variables.clone();
+        variables.extend(dimensions.iter().zip(combination).map(|((name, _), item)| (*name, *item)));
+        let item_scope = Scope { variables };
+        let mut body = template.clone();
+        for (path, expression) in &node.templates {
+            match item_scope.render(expression) {
+                Ok(value) => path.set(&mut body, value),
+                Err(Unresolved::Pending(why)) => {
+                    desired.extend(observed.iter().map(|o| kept(o)));
+                    return (NodeState::InProgress(why), None);
+                }
+                Err(Unresolved::Failed(why)) => return (NodeState::Error(format!("{path}: {why}")), None),
+            }
+        }
+        mark(&mut body, graph, instance, node, origin, Some((index, size)));
+        names.push(body["metadata"]["name"].as_str().unwrap_or_default().to_owned());
+        desired.push(body);
+    }
+    let items: Vec<Value> = names
+        .iter()
+        .filter_map(|n| observed.iter().find(|o| o["metadata"]["name"].as_str() == Some(n.as_str())))
+        .map(|o| (*o).clone())
+        .collect();
+    if items.len() != size {
+        let why = format!("{} of {size} items exist", items.len());
+        return (NodeState::InProgress(why), Some(Value::Array(items)));
+    }
+    for item in &items {
+        if let NodeState::InProgress(why) | NodeState::Error(why) = ready("each", node, item) {
+            return (NodeState::InProgress(why), Some(Value::Array(items)));
+        }
+    }
+    (NodeState::Synced, Some(Value::Array(items)))
+}
+
+/// While the instance is deleted: every child but those of the highest wave still present, so that
+/// the engine deletes that wave; finalized once none is left.
+fn delete_in_waves(graph: &Graph, instance: &Value, children: &[Value], mut conditions: Conditions<'_>) -> Decision {
+    let wave_of = |child: &Value| -> usize {
+        child["metadata"]["annotations"][APPLY_ORDER_ANNOTATION]
+            .as_str()
+            .and_then(|w| w.parse().ok())
+            .or_else(|| child["metadata"]["labels"][NODE_ID_LABEL].as_str().and_then(|id| graph.waves.get(id).copied()))
+            .unwrap_or(0)
+    };
+    let highest = children.iter().map(wave_of).max();
+    let remaining: Vec<Value> = match highest {
+        Some(top) => children.iter().filter(|c| wave_of(c) != top).map(kept).collect(),
+        None => Vec::new(),
+    };
+    conditions.set_unknown("ResourcesReady", "UnderDeletion", "deleting resources");
+    let status = status(instance, conditions, "DELETING", Map::new());
+    Decision { children: remaining, status, labels: BTreeMap::new(), finalized: children.is_empty() }
+}
+
+fn status(instance: &Value, conditions: Conditions<'_>, state: &str, fields: Map<String, Value>) -> Value {
+    let _ = instance;
+    let mut status = fields;
+    status.insert("conditions".into(), serde_json::to_value(conditions.into_list()).unwrap_or_default());
+    status.insert("state".into(), json!(state));
+    Value::Object(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rgd::build;
+    use super::*;
+
+    const NOW: &str = "2026-01-01T00:00:10Z";
+
+    fn origin() -> Origin {
+        Origin { rgd_name: "web".into(), rgd_uid: "rgd-uid".into(), version: "samplectl-test".into() }
+    }
+
+    fn graph() -> Graph {
+        build(&json!({
+            "metadata": {"name": "web"},
+            "spec": {"schema": {"apiVersion": "v1alpha1", "kind": "WebApp", "spec": {"replicas": "integer | default=1"},
+                                "status": {"available": "${deployment.status.availableReplicas}"}},
+                     "resources": [
+                        {"id": "deployment", "readyWhen": ["${deployment.status.availableReplicas == deployment.spec.replicas}"],
+                         "template": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                      "metadata": {"name": "${schema.metadata.name}"},
+                                      "spec": {"replicas": "${schema.spec.replicas}"}}},
+                        {"id": "service", "template": {"apiVersion": "v1", "kind": "Service",
+                                      "metadata": {"name": "${deployment.metadata.name}-svc"}}},
+                     ]}
+        }))
+        .unwrap()
+    }
+
+    fn instance() -> Value {
+        json!({"apiVersion": "kro.run/v1alpha1", "kind": "WebApp",
+               "metadata": {"name": "demo", "namespace": "ns", "uid": "i-uid", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"},
+               "spec": {"replicas": 2}})
+    }
+
+    fn kinds(decision: &Decision) -> Vec<(String, String)> {
+        decision
+            .children
+            .iter()
+            .map(|c| (c["kind"].as_str().unwrap().to_owned(), c["metadata"]["name"].as_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_first_resource_is_rendered_and_the_next_waits_for_it() {
+        let decision = decide(&graph(), &origin(), &instance(), &[], &HashMap::new(), false, NOW);
+        assert_eq!(kinds(&decision), [("Deployment".into(), "demo".into())]);
+        let deployment = &decision.children[0];
+        assert_eq!(deployment["spec"]["replicas"], 2);
+        assert_eq!(deployment["metadata"]["labels"]["kro.run/node-id"], "deployment");
+        assert_eq!(deployment["metadata"]["labels"]["kro.run/instance-name"], "demo");
+        assert_eq!(deployment["metadata"]["annotations"][APPLY_ORDER_ANNOTATION], "1");
+        assert_eq!(decision.status["state"], "IN_PROGRESS");
+        assert_eq!(decision.labels["kro.run/resource-graph-definition-name"], Some("web".into()));
+        let kinds: Vec<&str> =
+            decision.status["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["InstanceManaged", "GraphResolved", "ResourcesReady", "Ready"]);
+    }
+
+    #[test]
+    fn once_ready_the_dependents_follow_and_the_instance_becomes_active() {
+        let mut observed = decide(&graph(), &origin(), &instance(), &[], &HashMap::new(), false, NOW).children;
+        observed[0]["status"] = json!({"availableReplicas": 2});
+        let decision = decide(&graph(), &origin(), &instance(), &observed, &HashMap::new(), false, NOW);
+        assert_eq!(kinds(&decision), [("Deployment".into(), "demo".into()), ("Service".into(), "demo-svc".into())]);
+        assert_eq!(decision.status["state"], "IN_PROGRESS", "the service is not there yet");
+        let mut observed = decision.children.clone();
+        observed[0]["status"] = json!({"availableReplicas": 2});
+        let decision = decide(&graph(), &origin(), &instance(), &observed, &HashMap::new(), false, NOW);
+        assert_eq!(decision.status["state"], "ACTIVE");
+        assert_eq!(decision.status["available"], 2);
+        let ready = decision.status["conditions"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(
+            (ready["type"].as_str(), ready["status"].as_str(), ready["message"].as_str()),
+            (Some("Ready"), Some("True"), Some(""))
+        );
+    }
+
+    #[test]
+    fn deletion_goes_in_waves_and_then_finalizes() {
+        let mut observed = decide(&graph(), &origin(), &instance(), &[], &HashMap::new(), false, NOW).children;
+        observed[0]["status"] = json!({"availableReplicas": 2});
+        let both = decide(&graph(), &origin(), &instance(), &observed, &HashMap::new(), false, NOW).children;
+        let first = decide(&graph(), &origin(), &instance(), &both, &HashMap::new(), true, NOW);
+        assert_eq!(kinds(&first), [("Deployment".into(), "demo".into())], "the service (wave 2) goes first");
+        assert_eq!(first.status["state"], "DELETING");
+        assert!(!first.finalized);
+        let last = decide(&graph(), &origin(), &instance(), &[], &HashMap::new(), true, NOW);
+        assert!(last.finalized && last.children.is_empty());
+    }
+
+    #[test]
+    fn a_suspended_instance_keeps_what_it_has() {
+        let mut suspended = instance();
+        suspended["metadata"]["annotations"] = json!({RECONCILE_ANNOTATION: "Suspended"});
+        let decision = decide(&graph(), &origin(), &suspended, &[], &HashMap::new(), false, NOW);
+        assert!(decision.children.is_empty());
+        let resources = decision.status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "ResourcesReady")
+            .unwrap()
+            .clone();
+        assert_eq!(resources["reason"], "ReconciliationSuspended");
+    }
+}
