@@ -165,6 +165,40 @@ async fn find_in_group_version(client: &Client, gvr: &Gvr) -> Result<Option<Reso
     }))
 }
 
+/// The resource of kind `kind` in `api_version` (`apps/v1`, `v1`), as discovery lists it now; `None`
+/// when the server does not serve it (yet).
+pub async fn resolve_kind(client: &Client, api_version: &str, kind: &str) -> Result<Option<Resolved>> {
+    let (group, version) = match api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", api_version),
+    };
+    let listed = if group.is_empty() {
+        client.list_core_api_resources(version).await
+    } else {
+        client.list_api_group_resources(api_version).await
+    };
+    let list: APIResourceList = match listed {
+        Ok(list) => list,
+        Err(err) if crate::error::status_code(&err) == Some(404) => return Ok(None),
+        Err(err) => return Err(err).context(format!("cannot discover {api_version}")),
+    };
+    let Some(found) = list.resources.iter().find(|r| r.kind == kind && !r.name.contains('/')) else { return Ok(None) };
+    let prefix = format!("{}/", found.name);
+    let subresources = list.resources.iter().filter_map(|r| r.name.strip_prefix(&prefix)).map(str::to_owned).collect();
+    Ok(Some(Resolved {
+        ar: ApiResource {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            plural: found.name.clone(),
+        },
+        namespaced: found.namespaced,
+        verbs: found.verbs.clone(),
+        subresources,
+    }))
+}
+
 async fn crd_serves(client: &Client, name: &str, version: &str) -> bool {
     let crds: Api<CustomResourceDefinition> = super::scope::cluster(client.clone());
     match crds.get_opt(name).await {

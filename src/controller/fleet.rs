@@ -1,9 +1,11 @@
 //! `--from-cluster`: the controllers are the CompositeController and DecoratorController objects stored
-//! in the cluster (those with the `--target-label-selector` labels), followed as metacontroller's own
-//! Deployment follows them. Each object is started when it appears, restarted when its spec changes
-//! (its generation moves) and stopped when it goes; one that cannot run (a resource the server does not
-//! serve, a field samplectl refuses, a parent type another CompositeController already reconciles) is
-//! said in a warning and tried again every [`RETRY`] or when it changes, while the others run.
+//! in the cluster, followed as metacontroller's own Deployment follows them, and the
+//! ResourceGraphDefinitions, followed as kro follows them (all with the `--target-label-selector`
+//! labels). Each object is started when it appears, restarted when its spec changes (its generation
+//! moves) and stopped when it goes; one that cannot run (a resource the server does not serve, a field
+//! samplectl refuses, a parent type another CompositeController already reconciles) is said in a
+//! warning and tried again every [`RETRY`] or when it changes, while the others run. Whichever of these
+//! APIs the cluster serves is followed; one installed later is picked up within [`RETRY`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -18,13 +20,14 @@ use tokio::task::JoinHandle;
 
 use super::define::api::{API_VERSION, COMPOSITE, DECORATOR};
 use super::define::from_object;
+use super::define::graph::{self as rgd, Outcome};
 use super::define::load::{Object, from_value};
 use super::drive::watch::hub::Hub;
 use super::engine::{Context, Definition, Writer};
 use super::reconciling::{Driving, Reconciling};
 use super::serve::Serving;
 use crate::cluster::client::Connection;
-use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr};
+use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
 use crate::cluster::scope;
 
 /// How often a controller object that could not be run is tried again.
@@ -44,8 +47,8 @@ type Key = (&'static str, String);
 
 /// One controller object being run.
 struct Running {
-    /// Its uid and generation: a new one restarts it.
-    version: (String, i64),
+    /// Its uid, generation and whether it is being deleted: a new one restarts it.
+    version: Version,
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<()>>,
     contexts: Vec<Arc<Context>>,
@@ -60,11 +63,28 @@ struct State<'a> {
     hub: Arc<Hub>,
     running: HashMap<Key, Running>,
     /// Objects that could not be run, with their version, to try again.
-    failed: HashMap<Key, ((String, i64), DynamicObject)>,
+    failed: HashMap<Key, (Version, DynamicObject)>,
 }
 
-fn version(object: &DynamicObject) -> (String, i64) {
-    (object.metadata.uid.clone().unwrap_or_default(), object.metadata.generation.unwrap_or_default())
+type Version = (String, i64, bool);
+
+fn version(object: &DynamicObject) -> Version {
+    (
+        object.metadata.uid.clone().unwrap_or_default(),
+        object.metadata.generation.unwrap_or_default(),
+        object.metadata.deletion_timestamp.is_some(),
+    )
+}
+
+/// The kinds of stored controller objects followed: kind, API version, plural.
+const KINDS: [(&str, &str, &str); 3] = [
+    (COMPOSITE, API_VERSION, "compositecontrollers"),
+    (DECORATOR, API_VERSION, "decoratorcontrollers"),
+    (rgd::KIND, rgd::API_VERSION, rgd::PLURAL),
+];
+
+fn api_version_of(kind: &str) -> &'static str {
+    KINDS.iter().find(|(k, _, _)| *k == kind).map_or(API_VERSION, |(_, v, _)| v)
 }
 
 impl State<'_> {
@@ -77,9 +97,12 @@ impl State<'_> {
         }
         self.stop(&key).await;
         // A list's items come without their type.
-        object.types = Some(TypeMeta { api_version: API_VERSION.into(), kind: kind.into() });
+        object.types = Some(TypeMeta { api_version: api_version_of(kind).into(), kind: kind.into() });
         match self.define(kind, &object).await {
-            Ok(definitions) => {
+            Ok(None) => {
+                self.failed.remove(&key);
+            }
+            Ok(Some(definitions)) => {
                 self.failed.remove(&key);
                 let (stop, stopped) = watch::channel(false);
                 let reconciling = Reconciling::new(
@@ -103,7 +126,18 @@ impl State<'_> {
         }
     }
 
-    async fn define(&self, kind: &'static str, object: &DynamicObject) -> Result<Vec<Definition>> {
+    /// The definitions `object` runs; `None` for an RGD being deleted, which runs nothing.
+    async fn define(&self, kind: &'static str, object: &DynamicObject) -> Result<Option<Vec<Definition>>> {
+        if kind == rgd::KIND {
+            return match rgd::define(self.conn, object, &self.fleet.writer).await {
+                Ok(Outcome::Run(definition)) => Ok(Some(vec![*definition])),
+                Ok(Outcome::Deleted) => Ok(None),
+                Err(why) => Err(anyhow!(
+                    "cannot run ResourceGraphDefinition {:?}: {why}",
+                    object.metadata.name.as_deref().unwrap_or_default()
+                )),
+            };
+        }
         let value = serde_json::to_value(object)?;
         let parsed = from_value(value)?;
         let definitions = from_object(self.conn, &parsed).await?;
@@ -121,7 +155,7 @@ impl State<'_> {
                 );
             }
         }
-        Ok(definitions)
+        Ok(Some(definitions))
     }
 
     /// Stops the controller object `key` runs, if it runs, and waits for its work in flight.
@@ -146,27 +180,50 @@ fn same_type(a: &Resolved, b: &Resolved) -> bool {
     a.ar.api_version == b.ar.api_version && a.ar.kind == b.ar.kind
 }
 
-impl Fleet {
-    /// The API of each kind of controller object, through discovery; their CRDs missing is said as such.
-    async fn apis(&self, conn: &Connection) -> Result<[(&'static str, Api<DynamicObject>); 2]> {
-        let mut apis = Vec::new();
-        for (kind, plural) in [(COMPOSITE, "compositecontrollers"), (DECORATOR, "decoratorcontrollers")] {
-            let gvr = Gvr::parse(&format!("{API_VERSION}/{plural}")).map_err(anyhow::Error::msg)?;
-            let resolved = resolve_gvr(&conn.client, &gvr).await.map_err(|_| {
-                anyhow!(
-                    "metacontroller's CRDs ({plural}.metacontroller.k8s.io) are not installed in this cluster; install \
-                     them with `samplectl install-crd --metacontroller`"
-                )
-            })?;
-            apis.push((kind, scope::dynamic(conn.client.clone(), &resolved.ar, None)));
+/// The API of each kind of stored controller object the cluster serves, and the kinds it does not
+/// (yet).
+async fn served_apis(
+    conn: &Connection,
+    kinds: &[&'static str],
+) -> Result<(Vec<(&'static str, Api<DynamicObject>)>, Vec<&'static str>)> {
+    let mut served = Vec::new();
+    let mut missing = Vec::new();
+    for (kind, api_version, plural) in KINDS.iter().filter(|(k, _, _)| kinds.contains(k)) {
+        let gvr = Gvr::parse(&format!("{api_version}/{plural}")).map_err(anyhow::Error::msg)?;
+        match resolve_kind_or_none(conn, &gvr).await? {
+            Some(resolved) => served.push((*kind, scope::dynamic(conn.client.clone(), &resolved.ar, None))),
+            None => missing.push(*kind),
         }
-        let [cc, dc]: [_; 2] = apis.try_into().map_err(|_| anyhow!("two kinds"))?;
-        Ok([cc, dc])
     }
+    Ok((served, missing))
+}
 
+/// The resource `gvr` names, or `None` when the server does not serve it; other failures (the server out
+/// of reach) are errors.
+async fn resolve_kind_or_none(conn: &Connection, gvr: &Gvr) -> Result<Option<Resolved>> {
+    match resolve_gvr(&conn.client, gvr).await {
+        Ok(resolved) => Ok(Some(resolved)),
+        Err(err) if err.downcast_ref::<UnknownResource>().is_some() => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+const NOTHING_INSTALLED: &str = "neither metacontroller's CRDs (compositecontrollers.metacontroller.k8s.io, \
+     decoratorcontrollers.metacontroller.k8s.io) nor kro's (resourcegraphdefinitions.kro.run) are installed in this \
+     cluster; install them with `samplectl install-crd --metacontroller` or `samplectl install-crd --kro`";
+
+type Events = futures::stream::SelectAll<
+    futures::stream::BoxStream<'static, (&'static str, Result<watcher::Event<DynamicObject>, watcher::Error>)>,
+>;
+
+impl Fleet {
     /// Runs the cluster's controller objects until `stop`; with `--once`, each parent of each once.
     pub async fn run(self, conn: &Connection, serving: &Serving, mut stop: watch::Receiver<bool>) -> Result<()> {
-        let apis = self.apis(conn).await?;
+        let all: Vec<&'static str> = KINDS.iter().map(|(k, _, _)| *k).collect();
+        let (apis, mut missing) = served_apis(conn, &all).await?;
+        if apis.is_empty() {
+            bail!(NOTHING_INSTALLED);
+        }
         if self.driving.once {
             return self.once(conn, &apis, serving, stop).await;
         }
@@ -174,9 +231,14 @@ impl Fleet {
             Some(selector) => watcher::Config::default().labels(selector),
             None => watcher::Config::default(),
         };
-        let streams = apis
-            .map(|(kind, api)| watcher(api, config.clone()).default_backoff().map(move |event| (kind, event)).boxed());
-        let mut events = futures::stream::select_all(streams);
+        let follow = |kind: &'static str, api: Api<DynamicObject>, events: &mut Events| {
+            events.push(watcher(api, config.clone()).default_backoff().map(move |event| (kind, event)).boxed());
+        };
+        let mut events: Events = futures::stream::SelectAll::new();
+        let mut expected = apis.len();
+        for (kind, api) in apis {
+            follow(kind, api, &mut events);
+        }
         let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
         let mut state = State { conn, fleet: &self, serving, hub, running: HashMap::new(), failed: HashMap::new() };
         let mut listing: HashMap<&'static str, HashSet<String>> = HashMap::new();
@@ -188,6 +250,14 @@ impl Fleet {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
                 _ = retry.tick() => {
+                    if !missing.is_empty() && let Ok((found, still)) = served_apis(conn, &missing).await {
+                        for (kind, api) in found {
+                            tracing::info!("{kind} objects are now served; following them");
+                            expected += 1;
+                            follow(kind, api, &mut events);
+                        }
+                        missing = still;
+                    }
                     let failed: Vec<(Key, DynamicObject)> =
                         state.failed.iter().map(|(k, (_, o))| (k.clone(), o.clone())).collect();
                     for ((kind, _), object) in failed {
@@ -217,8 +287,9 @@ impl Fleet {
                         for key in gone {
                             state.stop(&key).await;
                         }
-                        // /readyz: both kinds listed, and (counted as each starts) every controller synced.
-                        if listed.insert(kind) && listed.len() == 2 {
+                        // /readyz: every kind served at the start listed, and (counted as each starts) every
+                        // controller synced.
+                        if listed.insert(kind) && listed.len() == expected {
                             serving.health.synced();
                         }
                     }
@@ -246,7 +317,7 @@ impl Fleet {
     async fn once(
         &self,
         conn: &Connection,
-        apis: &[(&'static str, Api<DynamicObject>); 2],
+        apis: &[(&'static str, Api<DynamicObject>)],
         serving: &Serving,
         stop: watch::Receiver<bool>,
     ) -> Result<()> {
@@ -258,7 +329,18 @@ impl Fleet {
         let mut problems = Vec::new();
         for (kind, api) in apis {
             for mut object in api.list(&params).await?.items {
-                object.types = Some(TypeMeta { api_version: API_VERSION.into(), kind: (*kind).into() });
+                object.types = Some(TypeMeta { api_version: api_version_of(kind).into(), kind: (*kind).into() });
+                if *kind == rgd::KIND {
+                    match rgd::define(conn, &object, &self.writer).await {
+                        Ok(Outcome::Run(definition)) => definitions.push(*definition),
+                        Ok(Outcome::Deleted) => {}
+                        Err(why) => problems.push(format!(
+                            "cannot run ResourceGraphDefinition {:?}: {why}",
+                            object.metadata.name.as_deref().unwrap_or_default()
+                        )),
+                    }
+                    continue;
+                }
                 let parsed = from_value(serde_json::to_value(&object)?);
                 match parsed {
                     Ok(parsed) => match from_object(conn, &parsed).await {

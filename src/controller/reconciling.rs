@@ -124,13 +124,22 @@ fn describe(definition: &Definition) -> String {
         Syncer::Hook(hooks) => {
             let children: Vec<String> = definition.family.children.iter().map(Resolved::qualified_plural).collect();
             let (verb, kind) = match hooks.shape {
-                Shape::Composite => ("", "children"),
+                Shape::Composite | Shape::Graph => ("", "children"),
                 Shape::Decorator => ("decorating ", "attachments"),
             };
             format!(
                 "{verb}{} with hook {} ({kind}: {})",
                 definition.family.parent.qualified_plural(),
                 hooks.sync.target,
+                if children.is_empty() { "none".to_owned() } else { children.join(", ") }
+            )
+        }
+        Syncer::Graph(graph) => {
+            let children: Vec<String> = definition.family.children.iter().map(Resolved::qualified_plural).collect();
+            format!(
+                "{} with {} (children: {})",
+                definition.family.parent.qualified_plural(),
+                graph.name(),
                 if children.is_empty() { "none".to_owned() } else { children.join(", ") }
             )
         }

@@ -10,6 +10,7 @@ mod completion;
 mod controllers;
 mod faults;
 mod fencing;
+mod graphs;
 mod hooks;
 mod hung_requests;
 mod in_cluster;

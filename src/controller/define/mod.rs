@@ -9,6 +9,7 @@ pub mod api;
 mod composite;
 mod decorator;
 mod flags;
+pub mod graph;
 mod hooks;
 pub mod load;
 

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::request::{Failed, bounded};
 use super::{Applied, Context, failure, key, place, uid};
 use crate::controller::rules::FIELD_MANAGER;
-use crate::controller::rules::child_write::{ChildWrite, look_again, next_write};
+use crate::controller::rules::child_write::{ChildWrite, look_again, next_write, owned_as_applied};
 use crate::controller::rules::children::{ChildKey, Observed, Update, conflict_message, controlled_by};
 use crate::controller::rules::selector::LabelSelector;
 use crate::controller::rules::status::Readiness;
@@ -125,6 +125,24 @@ impl Context {
         applied
     }
 
+    /// Makes the fields of a child just created samplectl's applied ones (`rules::child_write::
+    /// owned_as_applied`), for a hook's or a graph's children, whose wanted fields change. A failure only means a later apply cannot drop what this create wrote: said in
+    /// the log, not a failed reconcile.
+    async fn own_as_applied(&self, api: &kube::Api<DynamicObject>, created: &DynamicObject) {
+        // The Sample sync always wants the same fields of its ConfigMap: nothing it wrote ever needs
+        // dropping, so its creates are spared the extra request.
+        if matches!(self.definition.sync, crate::controller::sync::Syncer::Sample) {
+            return;
+        }
+        let Some(patch) = owned_as_applied(created, FIELD_MANAGER) else { return };
+        let Ok(patch) = serde_json::from_value::<json_patch::Patch>(patch) else { return };
+        let name = created.metadata.name.as_deref().unwrap_or_default();
+        let patched = self.send(api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))).await;
+        if let Err(failed) = patched {
+            tracing::debug!("{name}: its fields stay owned by its create: {}", failed.message());
+        }
+    }
+
     /// Writes one child: the copy in hand decides first (`rules::child_write`), then the live object at
     /// most twice (once more when it may be adopted), so that an object which changes under every
     /// attempt is left to the retry backoff rather than fought over.
@@ -179,7 +197,13 @@ impl Context {
                     let object: DynamicObject = serde_json::from_value(desired.clone())
                         .map_err(|err| (format!("writing its {kind}"), Failed::Api(kube::Error::SerdeError(err))))?;
                     let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-                    self.send(api.create(&params, &object)).await.map(|_| ChildOutcome::Created)
+                    match self.send(api.create(&params, &object)).await {
+                        Ok(created) => {
+                            self.own_as_applied(&api, &created).await;
+                            Ok(ChildOutcome::Created)
+                        }
+                        Err(failed) => Err(failed),
+                    }
                 }
                 ChildWrite::Recreate(body) => {
                     let existing = seen.as_ref().expect("a recreate is of an object");

@@ -377,7 +377,8 @@ impl Context {
         wrote |= applied.wrote;
         self.memory.conflicts.set(&parent_uid, place(&parent), applied.conflicts.clone());
 
-        if decorator {
+        let shape = self.definition.sync.shape();
+        if shape != Shape::Composite {
             wrote |= self
                 .decorate(&parent, &answer)
                 .await
@@ -385,8 +386,12 @@ impl Context {
         }
         let has_status = self.definition.family.parent.subresources.iter().any(|s| s == "status");
         let current = parent.data.get("status");
-        let status = match status_plan(decorator, has_status, answer.status.clone(), current, applied.problem.is_some())
-        {
+        let plan = match shape {
+            // kro's status, written whole as the graph decided it.
+            Shape::Graph => StatusPlan::Write { answered: answer.status.clone(), observed_generation: false },
+            _ => status_plan(decorator, has_status, answer.status.clone(), current, applied.problem.is_some()),
+        };
+        let status = match plan {
             StatusPlan::Write { answered, observed_generation } => {
                 self.write_status(&parent, answered, applied.problem.as_ref(), observed_generation).await
             }

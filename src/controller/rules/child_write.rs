@@ -130,6 +130,36 @@ fn claim(existing: &DynamicObject, desired: &Value, adopt: bool) -> Option<Value
     Some(serde_json::json!({ "metadata": metadata }))
 }
 
+/// After a child is created (a POST, so that a name taken meanwhile is refused rather than taken), the
+/// fields samplectl wrote are owned by its "Update" entry, which its later server-side applies do not
+/// replace: a list item or a key it then stops wanting would stay for ever, or clash with the new one (a
+/// Service port changed is two unnamed ports). This JSON patch turns that entry into its "Apply" entry,
+/// as `kubectl apply --server-side` upgrades a client-side object, guarded by the created
+/// resourceVersion. `None` when there is nothing to turn.
+pub fn owned_as_applied(created: &DynamicObject, manager: &str) -> Option<Value> {
+    let fields = created.metadata.managed_fields.as_ref()?;
+    let mut entries = serde_json::to_value(fields).ok()?;
+    let mut turned = false;
+    for entry in entries.as_array_mut()? {
+        let ours = entry["manager"] == manager
+            && entry["operation"] == "Update"
+            && entry.get("subresource").is_none_or(|s| s.as_str().is_none_or(str::is_empty));
+        if ours {
+            entry["operation"] = "Apply".into();
+            if let Some(fields) = entry.as_object_mut() {
+                fields.remove("time");
+            }
+            turned = true;
+        }
+    }
+    turned.then(|| {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": created.metadata.resource_version},
+            {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+        ])
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -249,5 +279,31 @@ mod tests {
             }
             assert!(!look_again(&write, Some(500)) && !look_again(&write, None));
         }
+    }
+}
+
+#[cfg(test)]
+mod applied_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_created_childs_fields_become_samplectls_applied_ones() {
+        let created: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s", "resourceVersion": "7", "managedFields": [
+                {"manager": "samplectl", "operation": "Update", "apiVersion": "v1", "time": "2026-01-01T00:00:00Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}},
+                {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {}},
+            ]},
+        }))
+        .unwrap();
+        let patch = owned_as_applied(&created, "samplectl").unwrap();
+        assert_eq!(patch[0], json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"}));
+        let entries = &patch[1]["value"];
+        assert_eq!(entries[0]["operation"], "Apply");
+        assert!(entries[0].get("time").is_none());
+        assert_eq!(entries[1]["operation"], "Update", "another manager's entry is left as it is");
+        assert!(owned_as_applied(&created, "someone-else").is_none());
     }
 }

@@ -6,6 +6,7 @@
 //! (attachments), for a decorator the labels and annotations of the object itself, an optional one-time
 //! resync, and for finalizing whether cleaning up is done. Building requests and reading answers is pure.
 
+pub mod graph;
 pub mod hook;
 pub mod sample;
 pub mod security;
@@ -27,6 +28,8 @@ pub enum Syncer {
     /// Samples: [`sample::sync`].
     Sample,
     Hook(Box<Hooks>),
+    /// A ResourceGraphDefinition's instances: [`graph::GraphSync`].
+    Graph(Box<graph::GraphSync>),
 }
 
 /// A hook controller's hooks, with the controller object every request carries.
@@ -50,6 +53,9 @@ pub enum Shape {
     /// A DecoratorController's: `object` and `attachments`, answered `attachments`, `labels` and
     /// `annotations` for the object itself, and a status written only when one is answered.
     Decorator,
+    /// A ResourceGraphDefinition instance's: children in the answer, labels for the instance itself, and
+    /// the status written whole as answered (kro's, with no `observedGeneration` added).
+    Graph,
 }
 
 impl Shape {
@@ -57,6 +63,7 @@ impl Shape {
         match self {
             Shape::Composite => "children",
             Shape::Decorator => "attachments",
+            Shape::Graph => "children",
         }
     }
 }
@@ -71,13 +78,14 @@ impl Syncer {
         match self {
             Syncer::Sample => "the Sample sync".into(),
             Syncer::Hook(hooks) => format!("hook {}", hooks.sync.target),
+            Syncer::Graph(graph) => graph.name(),
         }
     }
 
     /// How long one call may take, on top of the engine's own deadline.
     pub fn timeout(&self) -> Duration {
         match self {
-            Syncer::Sample => Duration::ZERO,
+            Syncer::Sample | Syncer::Graph(_) => Duration::ZERO,
             Syncer::Hook(hooks) => {
                 let sync = hooks.finalize.iter().map(|f| f.timeout).fold(hooks.sync.timeout, Duration::max);
                 sync + hooks.customize.as_ref().map_or(Duration::ZERO, |c| c.timeout)
@@ -90,7 +98,7 @@ impl Syncer {
     pub fn status_style(&self) -> Style {
         match self {
             Syncer::Sample => Style::Apply,
-            Syncer::Hook(_) => Style::Replace,
+            Syncer::Hook(_) | Syncer::Graph(_) => Style::Replace,
         }
     }
 
@@ -98,19 +106,24 @@ impl Syncer {
         match self {
             Syncer::Sample => Shape::Composite,
             Syncer::Hook(hooks) => hooks.shape,
+            Syncer::Graph(_) => Shape::Graph,
         }
     }
 
     /// The version of the sync hook's requests (the Sample sync reads v1's).
     pub fn version(&self) -> Version {
         match self {
-            Syncer::Sample => Version::V1,
+            Syncer::Sample | Syncer::Graph(_) => Version::V1,
             Syncer::Hook(hooks) => hooks.sync.version,
         }
     }
 
     /// The related objects `parent` wants, as its customize hook answers; `None` without such a hook.
     pub async fn customize(&self, parent: &DynamicObject) -> Option<Result<Vec<RelatedRule>, String>> {
+        if let Syncer::Graph(graph) = self {
+            let rules = graph.related_rules(parent);
+            return (!rules.is_empty()).then_some(Ok(rules));
+        }
         let Syncer::Hook(hooks) = self else { return None };
         let hook = hooks.customize.as_ref()?;
         let request = json!({"controller": hooks.controller, "parent": without_managed_fields(parent)});
@@ -122,6 +135,7 @@ impl Syncer {
     pub async fn call(&self, family: &Family, inputs: Inputs<'_>, now: &str) -> Result<Answer, String> {
         match self {
             Syncer::Sample => Ok(sample::sync(inputs.parent, inputs.children, now)),
+            Syncer::Graph(graph) => Ok(graph.call(inputs, now)),
             Syncer::Hook(hooks) => {
                 let hook = match (&hooks.finalize, inputs.finalizing) {
                     (Some(finalize), true) => finalize,
@@ -219,7 +233,7 @@ pub fn request(controller: &Value, family: &Family, inputs: &Inputs, version: Ve
         related.insert(type_key.clone(), Value::Object(group));
     }
     let root = match shape {
-        Shape::Composite => "parent",
+        Shape::Composite | Shape::Graph => "parent",
         Shape::Decorator => "object",
     };
     json!({
@@ -248,7 +262,7 @@ pub fn parse_answer(body: &[u8], strict: bool, shape: Shape) -> Result<Answer, S
         Some(_) => return Err(format!("answered {field} that are not a list")),
     };
     let (labels, annotations) = match shape {
-        Shape::Composite => Default::default(),
+        Shape::Composite | Shape::Graph => Default::default(),
         Shape::Decorator => (string_updates(&mut answer, "labels")?, string_updates(&mut answer, "annotations")?),
     };
     let resync_after = match answer.remove("resyncAfterSeconds") {

@@ -1,0 +1,318 @@
+//! A ResourceGraphDefinition made into a running controller, as kro's RGD controller does it: its
+//! finalizer, the graph read and checked (`rules::graph::rgd`), every type it names resolved through
+//! discovery, the instance CRD created once and updated only when it differs, and the RGD's status
+//! (kro's conditions, `state`, `topologicalOrder`, `resources`) written whenever it changes. What comes
+//! out is an engine `Definition` for the instances, with the graph as its sync. An RGD being deleted
+//! loses its finalizer and runs nothing; its CRD and instances stay, as kro leaves them by default.
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::cluster::client::Connection;
+use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr, resolve_kind};
+use crate::cluster::scope;
+use crate::controller::engine::{Definition, Writer};
+use crate::controller::rules::children::{Family, Update};
+use crate::controller::rules::finalizer::Finalizer;
+use crate::controller::rules::graph::conditions::{Condition, Conditions};
+use crate::controller::rules::graph::instance::{FINALIZER, Origin};
+use crate::controller::rules::graph::rgd::{self, Graph, Source};
+use crate::controller::rules::selector::ParentSelector;
+use crate::controller::sync::Syncer;
+use crate::controller::sync::graph::{ExternalType, GraphSync};
+
+pub const API_VERSION: &str = "kro.run/v1alpha1";
+pub const KIND: &str = "ResourceGraphDefinition";
+pub const PLURAL: &str = "resourcegraphdefinitions";
+const DEPENDENTS: &[&str] = &["GraphRevisionsResolved", "GraphAccepted", "KindReady", "ControllerReady"];
+/// How long a new or changed instance CRD may take to be Established.
+const ESTABLISH_LIMIT: Duration = Duration::from_secs(30);
+
+/// What kro's version label says on what samplectl writes for an RGD.
+pub fn version_label() -> String {
+    format!("samplectl-{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// What became of one RGD.
+pub enum Outcome {
+    /// Its instances are to be reconciled with this definition.
+    Run(Box<Definition>),
+    /// It is being deleted: its finalizer is gone and nothing runs.
+    Deleted,
+}
+
+fn now() -> String {
+    Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH).to_string()
+}
+
+fn refused_write(writer: &Writer) -> Result<(), String> {
+    match writer.fence.open() {
+        true => Ok(()),
+        false => Err("this process's Lease was not renewed in time; nothing is written".into()),
+    }
+}
+
+/// Runs one RGD as kro's RGD controller would, writing its finalizer, instance CRD and status. An error
+/// is what stops it (also written in its status, where it can be) and is tried again by the caller.
+pub async fn define(conn: &Connection, rgd: &DynamicObject, writer: &Writer) -> Result<Outcome, String> {
+    let api = rgd_api(conn).await?;
+    let name = rgd.metadata.name.clone().unwrap_or_default();
+    let finalizers = rgd.metadata.finalizers.clone().unwrap_or_default();
+    if rgd.metadata.deletion_timestamp.is_some() {
+        if finalizers.iter().any(|f| f == FINALIZER) {
+            refused_write(writer)?;
+            let kept: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
+            let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": rgd.metadata.resource_version}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| {
+                format!(
+                    "cannot remove the finalizer of ResourceGraphDefinition {name:?}: {}",
+                    crate::error::describe(&e)
+                )
+            })?;
+        }
+        return Ok(Outcome::Deleted);
+    }
+    let rgd = match finalizers.iter().any(|f| f == FINALIZER) {
+        true => rgd.clone(),
+        false => {
+            refused_write(writer)?;
+            let mut with = finalizers.clone();
+            with.push(FINALIZER.to_owned());
+            let patch = json!({"metadata": {"finalizers": with, "resourceVersion": rgd.metadata.resource_version}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| {
+                format!("cannot add the finalizer of ResourceGraphDefinition {name:?}: {}", crate::error::describe(&e))
+            })?
+        }
+    };
+
+    let object = serde_json::to_value(&rgd).unwrap_or(Value::Null);
+    let generation = rgd.metadata.generation.unwrap_or_default();
+    let created = object["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_owned();
+    let now = now();
+    let current: Vec<Condition> = object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| serde_json::from_value(c.clone()).ok())
+        .collect();
+    let accepted_before =
+        current.iter().any(|c| c.kind == "GraphAccepted" && c.status == "True" && c.observed_generation == generation);
+    let mut conditions =
+        Conditions::read(current, DEPENDENTS, &["ResourceGraphAccepted"], (generation, false), &created, &now);
+    let last_revision = object["status"]["lastIssuedRevision"].as_i64().unwrap_or_default();
+    let revision = if accepted_before { last_revision.max(1) } else { last_revision + 1 };
+
+    let result = run(conn, &rgd, &object, &mut conditions, revision).await;
+    let (order, resources) = match &result {
+        Ok((graph, _)) => (Some(json!(graph.order)), Some(json!(rgd::resource_dependencies(graph)))),
+        Err(_) => (object["status"].get("topologicalOrder").cloned(), object["status"].get("resources").cloned()),
+    };
+    let active = ["GraphAccepted", "KindReady", "ControllerReady"].iter().all(|k| conditions.is_true(k));
+    let mut status = json!({
+        "conditions": conditions.into_list(),
+        "state": if active { "Active" } else { "Inactive" },
+    });
+    if let Some(order) = order {
+        status["topologicalOrder"] = order;
+    }
+    if let Some(resources) = resources.filter(|r| r.as_array().is_some_and(|a| !a.is_empty())) {
+        status["resources"] = resources;
+    }
+    if result.is_ok() {
+        status["lastIssuedRevision"] = json!(revision);
+    } else if last_revision > 0 {
+        status["lastIssuedRevision"] = json!(last_revision);
+    }
+    if object["status"] != status {
+        refused_write(writer)?;
+        let patch = json!({"status": status});
+        if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            tracing::warn!(
+                controller = name,
+                "cannot write the status of ResourceGraphDefinition {name:?}: {}",
+                crate::error::describe(&e)
+            );
+        }
+    }
+    let (_, definition) = result?;
+    Ok(Outcome::Run(Box::new(definition)))
+}
+
+async fn rgd_api(conn: &Connection) -> Result<Api<DynamicObject>, String> {
+    let gvr = Gvr::parse(&format!("{API_VERSION}/{PLURAL}"))?;
+    let resolved = resolve_gvr(&conn.client, &gvr).await.map_err(|e| crate::error::describe_any(&e))?;
+    Ok(scope::dynamic(conn.client.clone(), &resolved.ar, None))
+}
+
+/// Everything after the finalizer: the graph, its types, the CRD, the definition; each step marks its
+/// condition.
+async fn run(
+    conn: &Connection,
+    rgd: &DynamicObject,
+    object: &Value,
+    conditions: &mut Conditions<'_>,
+    revision: i64,
+) -> Result<(Graph, Definition), String> {
+    let graph = match rgd::build(object) {
+        Ok(graph) => graph,
+        Err(why) => {
+            conditions.set_false("GraphAccepted", "InvalidResourceGraph", &why);
+            conditions.set_false("GraphRevisionsResolved", "Failed", &why);
+            return Err(why);
+        }
+    };
+    let mut children: Vec<Resolved> = Vec::new();
+    let mut external = Vec::new();
+    for node in &graph.nodes {
+        let resolved = match resolve_kind(&conn.client, &node.api_version, &node.kind).await {
+            Ok(Some(resolved)) => resolved,
+            Ok(None) => {
+                let why = format!(
+                    "failed to build resource {:?}: failed to get schema for resource {}: the server does not serve kind {:?} in {}",
+                    node.id, node.id, node.kind, node.api_version
+                );
+                conditions.set_false("GraphAccepted", "InvalidResourceGraph", &why);
+                return Err(why);
+            }
+            Err(e) => return Err(crate::error::describe_any(&e)),
+        };
+        match &node.source {
+            Source::Template(_) => {
+                if !children
+                    .iter()
+                    .any(|c| c.ar.api_version == resolved.ar.api_version && c.ar.kind == resolved.ar.kind)
+                {
+                    children.push(resolved);
+                }
+            }
+            Source::External { .. } => external.push(ExternalType {
+                id: node.id.clone(),
+                api_version: resolved.ar.api_version.clone(),
+                kind: resolved.ar.kind.clone(),
+                plural: resolved.ar.plural.clone(),
+                namespaced: resolved.namespaced,
+            }),
+        }
+    }
+    conditions.set_true("GraphAccepted", "Valid", "resource graph and schema are valid");
+    conditions.set_true("GraphRevisionsResolved", "Resolved", &format!("revision {revision} compiled and active"));
+
+    let name = rgd.metadata.name.clone().unwrap_or_default();
+    let uid = rgd.metadata.uid.clone().unwrap_or_default();
+    if let Err(why) = ensure_crd(conn, &graph, &name, &uid).await {
+        conditions.set_false("KindReady", "Failed", &why);
+        return Err(why);
+    }
+    conditions.set_true("KindReady", "Ready", &format!("kind {} has been accepted and ready", graph.api.kind));
+
+    let gvr = Gvr::parse(&format!("{}/{}", graph.api.api_version(), graph.api.plural))?;
+    let parent = match resolve_gvr(&conn.client, &gvr).await {
+        Ok(parent) => parent,
+        Err(e) => {
+            let why = crate::error::describe_any(&e);
+            conditions.set_false("ControllerReady", "FailedToStart", &why);
+            return Err(why);
+        }
+    };
+    let family = Family { parent, children };
+    if let Some(why) = family.mismatch() {
+        conditions.set_false("ControllerReady", "FailedToStart", &why);
+        return Err(why);
+    }
+    let origin = Origin { rgd_name: name.clone(), rgd_uid: uid, version: version_label() };
+    let definition = Definition {
+        name: name.clone(),
+        family,
+        sync: Syncer::Graph(Box::new(GraphSync { graph: graph.clone(), origin, external })),
+        finalizer: Finalizer { name: FINALIZER.into(), enabled: true },
+        selector: ParentSelector::default(),
+        resync: None,
+        updates: Vec::<Update>::new(),
+        adoption: None,
+        rolling: None,
+        // kro looks at an instance again when its generation moves (or its suspension flips), not
+        // when its status does; the status written here would otherwise start another reconcile.
+        ignore_status_changes: true,
+    };
+    conditions.set_true("ControllerReady", "Running", "controller is running");
+    Ok((graph, definition))
+}
+
+/// Creates the instance CRD when it is missing; otherwise updates it only when it differs from what the
+/// RGD says, and refuses one kro (or samplectl) does not own or another RGD does. Waits for it to be
+/// Established.
+async fn ensure_crd(conn: &Connection, graph: &Graph, rgd_name: &str, rgd_uid: &str) -> Result<(), String> {
+    let crds: Api<CustomResourceDefinition> = scope::cluster(conn.client.clone());
+    let crd_name = graph.api.crd_name();
+    let mut desired = graph.crd.clone();
+    let labels = &mut desired["metadata"]["labels"];
+    labels["kro.run/owned"] = json!("true");
+    labels["kro.run/kro-version"] = json!(version_label());
+    labels["kro.run/resource-graph-definition-id"] = json!(rgd_uid);
+    labels["kro.run/resource-graph-definition-name"] = json!(rgd_name);
+    let describe = |e: kube::Error| crate::error::describe(&e);
+    match crds.get_opt(&crd_name).await.map_err(describe)? {
+        None => {
+            let crd: CustomResourceDefinition =
+                serde_json::from_value(desired).map_err(|e| format!("the CRD {crd_name} cannot be made: {e}"))?;
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .map_err(|e| format!("failed to create CRD {crd_name}: {}", describe(e)))?;
+            tracing::info!(controller = rgd_name, "created CustomResourceDefinition {crd_name}");
+        }
+        Some(existing) => {
+            let owner = existing.metadata.labels.as_ref().and_then(|l| l.get("kro.run/resource-graph-definition-name"));
+            let owned =
+                existing.metadata.labels.as_ref().and_then(|l| l.get("kro.run/owned")).is_some_and(|v| v == "true");
+            if !owned {
+                return Err(format!("failed to ensure CRD {crd_name}: it exists and is not owned by kro"));
+            }
+            if owner.is_some_and(|o| o != rgd_name) {
+                return Err(format!(
+                    "failed to ensure CRD {crd_name}: it belongs to ResourceGraphDefinition {:?}",
+                    owner.cloned().unwrap_or_default()
+                ));
+            }
+            let current = serde_json::to_value(&existing).unwrap_or(Value::Null);
+            if differs(&current, &desired) {
+                let patch = json!({"metadata": {"labels": desired["metadata"]["labels"]}, "spec": desired["spec"]});
+                crds.patch(&crd_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| format!("failed to update CRD {crd_name}: {}", describe(e)))?;
+                tracing::info!(controller = rgd_name, "updated CustomResourceDefinition {crd_name}");
+            }
+        }
+    }
+    let established = async {
+        loop {
+            if let Ok(Some(crd)) = crds.get_opt(&crd_name).await
+                && crd
+                    .status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter().flatten())
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    };
+    tokio::time::timeout(ESTABLISH_LIMIT, established)
+        .await
+        .map_err(|_| format!("CRD {crd_name} was not Established within {}s", ESTABLISH_LIMIT.as_secs()))
+}
+
+/// Whether the stored CRD says something the desired one does not: its spec's names, scope and
+/// versions (as the server keeps them, with its defaults filled in), or kro's labels.
+fn differs(current: &Value, desired: &Value) -> bool {
+    let labels_differ = desired["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .any(|(k, v)| current["metadata"]["labels"].get(k) != Some(v));
+    labels_differ || !crate::controller::rules::children::satisfies(&current["spec"], &desired["spec"])
+}

@@ -1,0 +1,306 @@
+//! kro's ResourceGraphDefinitions run by `samplectl reconcile --from-cluster`: `install-crd --kro`
+//! installs kro's CRDs; an RGD gets its instance CRD, finalizer and kro's status; its instances get their
+//! children in dependency order with kro's labels, kro's conditions and state, follow spec changes, and
+//! lose their children (last wave first) when deleted; a broken RGD says why in its status while others
+//! run; an object of a wanted name that is not the instance's is never taken. Checked with kubectl.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Background, Namespace, apply, eventually, kubectl, kubectl_json, samplectl};
+
+const SOON: Duration = Duration::from_secs(30);
+
+fn install_kro() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        samplectl(&["install-crd", "--kro"]).success();
+    });
+}
+
+/// An RGD labelled for one test's controller (so that tests side by side do not run each other's).
+fn rgd(name: &str, label: &str, schema: Value, resources: Value) -> Value {
+    json!({
+        "apiVersion": "kro.run/v1alpha1",
+        "kind": "ResourceGraphDefinition",
+        "metadata": {"name": name, "labels": {"samplectl-test": label}},
+        "spec": {"schema": schema, "resources": resources},
+    })
+}
+
+fn follow(ns: &Namespace) -> Background {
+    let label = format!("samplectl-test={}", ns.0);
+    Background::start(&["reconcile", "--from-cluster", "--target-label-selector", &label, "-n", &ns.0, "--watch"])
+}
+
+fn get(what: &str, name: &str, ns: Option<&str>) -> Option<Value> {
+    let mut args = vec!["get", what, name, "-o", "json", "--ignore-not-found"];
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    let run = kubectl(&args).success();
+    (!run.stdout.trim().is_empty()).then(|| serde_json::from_str(&run.stdout).unwrap())
+}
+
+fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
+    object["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind)
+}
+
+fn summary(object: &Value) -> Vec<(String, String, String, String)> {
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+            (s("type"), s("status"), s("reason"), s("message"))
+        })
+        .collect()
+}
+
+#[test]
+fn kros_crds_are_installed() {
+    let _cluster = crate::support::shared();
+    let first = samplectl(&["install-crd", "--kro"]).success();
+    assert_eq!(first.stdout.lines().count(), 2, "{first:#?}");
+    let again = samplectl(&["install-crd", "--kro"]).success();
+    assert_eq!(
+        again.stdout,
+        "customresourcedefinition.apiextensions.k8s.io/resourcegraphdefinitions.kro.run unchanged\n\
+         customresourcedefinition.apiextensions.k8s.io/graphrevisions.internal.kro.run unchanged\n"
+    );
+    let rgd = kubectl_json(&["get", "crd", "resourcegraphdefinitions.kro.run"]);
+    assert_eq!(rgd["spec"]["names"]["shortNames"], json!(["rgd"]));
+    let usage = samplectl(&["install-crd", "--kro", "--metacontroller"]);
+    assert_eq!(usage.code, 2, "{usage:#?}");
+}
+
+/// An RGD with a ConfigMap and a Service that reads it: the CRD kro would make, the RGD Active, an
+/// instance's children in order with kro's labels, the instance ACTIVE with kro's four conditions, a spec
+/// change followed, and deletion in waves.
+#[test]
+fn a_graph_defines_an_api_and_runs_its_instances() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-web");
+    // The CRD an RGD makes names it, and another RGD may not take it: one name across runs.
+    let name = "samplectl-it-web".to_owned();
+    let schema = json!({
+        "apiVersion": "v1alpha1",
+        "kind": "GraphWebApp",
+        "group": "graphs.samplectl.test",
+        "spec": {"port": "integer | default=8080", "greeting": "string | default=\"hello\""},
+        "status": {"configName": "${config.metadata.name}"},
+    });
+    let resources = json!([
+        {"id": "service", "template": {
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "${config.metadata.name}-svc"},
+            "spec": {"ports": [{"port": "${schema.spec.port}"}]}}},
+        {"id": "config", "template": {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "${schema.metadata.name}-config"},
+            "data": {"greeting": "${schema.spec.greeting}", "port": "${string(schema.spec.port)}"}}},
+    ]);
+    apply("default", &rgd(&name, &ns.0, schema, resources));
+    let run = follow(&ns);
+
+    let rgd_status = eventually(SOON, "the RGD Active", || {
+        let object = get("rgd", &name, None).ok_or("no RGD")?;
+        match object["status"]["state"] == "Active" {
+            true => Ok(object),
+            false => Err(format!("{}\n{}", object["status"], run.stderr())),
+        }
+    });
+    assert_eq!(rgd_status["metadata"]["finalizers"], json!(["kro.run/finalizer"]));
+    assert_eq!(rgd_status["status"]["topologicalOrder"], json!(["config", "service"]));
+    assert_eq!(condition(&rgd_status, "Ready").unwrap()["observedGeneration"], 1);
+    let crd = kubectl_json(&["get", "crd", "graphwebapps.graphs.samplectl.test"]);
+    assert_eq!(crd["metadata"]["generation"], 1);
+    assert_eq!(crd["metadata"]["labels"]["kro.run/resource-graph-definition-name"], name.as_str());
+    let columns: Vec<&str> = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, ["State", "Ready", "Age"]);
+
+    apply(
+        &ns.0,
+        &json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphWebApp", "metadata": {"name": "shop"}}),
+    );
+    let instance = eventually(SOON, "the instance ACTIVE", || {
+        let object = get("graphwebapps.graphs.samplectl.test", "shop", Some(&ns.0)).ok_or("no instance")?;
+        match object["status"]["state"] == "ACTIVE" {
+            true => Ok(object),
+            false => Err(format!("{}", object["status"])),
+        }
+    });
+    let empty = String::new();
+    assert_eq!(
+        summary(&instance),
+        [
+            (
+                "InstanceManaged".into(),
+                "True".into(),
+                "Managed".into(),
+                "instance is properly managed with finalizers and labels".into()
+            ),
+            (
+                "GraphResolved".into(),
+                "True".into(),
+                "Resolved".into(),
+                "runtime graph created and all resources resolved".into()
+            ),
+            (
+                "ResourcesReady".into(),
+                "True".into(),
+                "AllResourcesReady".into(),
+                "all resources are created and ready".into()
+            ),
+            ("Ready".into(), "True".into(), "Ready".into(), empty),
+        ]
+    );
+    assert_eq!(instance["status"]["configName"], "shop-config");
+    assert_eq!(instance["metadata"]["labels"]["kro.run/owned"], "true");
+    assert_eq!(instance["metadata"]["finalizers"], json!(["kro.run/finalizer"]));
+    assert_eq!(instance["metadata"]["generation"], 1, "the instance's spec is never written");
+    let config = get("configmap", "shop-config", Some(&ns.0)).unwrap();
+    assert_eq!(config["data"], json!({"greeting": "hello", "port": "8080"}));
+    let labels = &config["metadata"]["labels"];
+    assert_eq!(
+        (labels["kro.run/node-id"].as_str(), labels["kro.run/instance-name"].as_str()),
+        (Some("config"), Some("shop"))
+    );
+    assert_eq!(config["metadata"]["annotations"]["internal.kro.run/apply-order"], "1");
+    let service = get("service", "shop-config-svc", Some(&ns.0)).unwrap();
+    assert_eq!(service["spec"]["ports"][0]["port"], 8080);
+    assert_eq!(service["metadata"]["annotations"]["internal.kro.run/apply-order"], "2");
+
+    // A spec change reaches the children.
+    kubectl(&[
+        "patch",
+        "graphwebapps.graphs.samplectl.test",
+        "shop",
+        "-n",
+        &ns.0,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"port":9090}}"#,
+    ])
+    .success();
+    eventually(SOON, "the Service on the new port", || {
+        let service = get("service", "shop-config-svc", Some(&ns.0)).ok_or("no service")?;
+        if service["spec"]["ports"][0]["port"] == 9090 { Ok(()) } else { Err(format!("{}", service["spec"])) }
+    });
+
+    // Deleted: the children go, then the instance.
+    kubectl(&["delete", "graphwebapps.graphs.samplectl.test", "shop", "-n", &ns.0, "--wait=false"]).success();
+    eventually(SOON, "the instance and its children gone", || {
+        let left: Vec<&str> = [
+            ("graphwebapps.graphs.samplectl.test", "shop"),
+            ("configmap", "shop-config"),
+            ("service", "shop-config-svc"),
+        ]
+        .into_iter()
+        .filter(|(what, n)| get(what, n, Some(&ns.0)).is_some())
+        .map(|(what, _)| what)
+        .collect();
+        if left.is_empty() { Ok(()) } else { Err(format!("{left:?}")) }
+    });
+
+    // The RGD deleted: its finalizer goes, its CRD stays.
+    kubectl(&["delete", "rgd", &name, "--wait=true", "--timeout=30s"]).success();
+    assert!(get("crd", "graphwebapps.graphs.samplectl.test", None).is_some(), "the CRD is kept");
+    drop(run);
+}
+
+/// A graph with a cycle is refused in its status, with kro's reason and the cycle named, while another
+/// RGD of the same controller runs; an object of a wanted name that is not the instance's is left alone.
+#[test]
+fn a_broken_graph_is_said_and_a_foreign_object_is_not_taken() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-broken");
+    let cyclic = "samplectl-it-cycle".to_owned();
+    let cm = |id: &str, name: &str| json!({"id": id, "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}});
+    let schema =
+        |kind: &str| json!({"apiVersion": "v1alpha1", "kind": kind, "group": "graphs.samplectl.test", "spec": {}});
+    apply(
+        "default",
+        &rgd(
+            &cyclic,
+            &ns.0,
+            schema("GraphCycle"),
+            json!([cm("a", "${b.metadata.name}-a"), cm("b", "${a.metadata.name}-b")]),
+        ),
+    );
+    let fine = "samplectl-it-fine".to_owned();
+    apply("default", &rgd(&fine, &ns.0, schema("GraphFine"), json!([cm("only", "${schema.metadata.name}")])));
+    let run = follow(&ns);
+
+    let broken = eventually(SOON, "the cyclic RGD refused", || {
+        let object = get("rgd", &cyclic, None).ok_or("no RGD")?;
+        match condition(&object, "GraphAccepted").is_some_and(|c| c["status"] == "False") {
+            true => Ok(object),
+            false => Err(format!("{}", object["status"])),
+        }
+    });
+    let accepted = condition(&broken, "GraphAccepted").unwrap();
+    assert_eq!(accepted["reason"], "InvalidResourceGraph");
+    assert_eq!(accepted["message"], "failed to build dependency graph: graph contains a cycle: a -> b -> a");
+    assert_eq!(broken["status"]["state"], "Inactive");
+    assert_eq!(condition(&broken, "Ready").unwrap()["status"], "False");
+    assert!(run.stderr().contains(&format!("cannot run ResourceGraphDefinition \"{cyclic}\"")), "{}", run.stderr());
+
+    // Someone else's ConfigMap holds the name the fine RGD's instance wants.
+    apply(
+        &ns.0,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "taken"}, "data": {"mine": "yes"}}),
+    );
+    apply(
+        &ns.0,
+        &json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphFine", "metadata": {"name": "taken"}}),
+    );
+    apply(
+        &ns.0,
+        &json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphFine", "metadata": {"name": "free"}}),
+    );
+    eventually(SOON, "the free instance ACTIVE", || {
+        let object = get("graphfines.graphs.samplectl.test", "free", Some(&ns.0)).ok_or("none")?;
+        if object["status"]["state"] == "ACTIVE" { Ok(()) } else { Err(format!("{}", object["status"])) }
+    });
+    let taken = eventually(SOON, "the instance whose name is taken not Ready", || {
+        let object = get("graphfines.graphs.samplectl.test", "taken", Some(&ns.0)).ok_or("none")?;
+        match condition(&object, "Ready").is_some_and(|c| c["status"] == "False") {
+            true => Ok(object),
+            false => Err(format!("{}", object["status"])),
+        }
+    });
+    let foreign = get("configmap", "taken", Some(&ns.0)).unwrap();
+    assert_eq!(foreign["data"], json!({"mine": "yes"}), "not taken: {taken}");
+    assert!(foreign["metadata"].get("ownerReferences").is_none());
+    assert!(foreign["metadata"]["labels"].get("kro.run/node-id").is_none());
+    drop(run);
+    for name in [&cyclic, &fine] {
+        kubectl(&["delete", "rgd", name, "--wait=false"]).success();
+    }
+    kubectl(&["delete", "graphfines.graphs.samplectl.test", "--all", "-n", &ns.0, "--wait=false"]).success();
+    for name in ["taken", "free"] {
+        let _ = kubectl(&[
+            "patch",
+            "graphfines.graphs.samplectl.test",
+            name,
+            "-n",
+            &ns.0,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+    }
+    for name in [&cyclic, &fine] {
+        let _ = kubectl(&["patch", "rgd", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+    }
+}
