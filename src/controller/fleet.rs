@@ -180,8 +180,8 @@ fn same_type(a: &Resolved, b: &Resolved) -> bool {
     a.ar.api_version == b.ar.api_version && a.ar.kind == b.ar.kind
 }
 
-/// The API of each kind of stored controller object the cluster serves, and the kinds it does not
-/// (yet).
+/// The API of each kind of stored controller object the cluster serves and this process may list,
+/// and the kinds it does not (yet).
 async fn served_apis(
     conn: &Connection,
     kinds: &[&'static str],
@@ -190,9 +190,28 @@ async fn served_apis(
     let mut missing = Vec::new();
     for (kind, api_version, plural) in KINDS.iter().filter(|(k, _, _)| kinds.contains(k)) {
         let gvr = Gvr::parse(&format!("{api_version}/{plural}")).map_err(anyhow::Error::msg)?;
-        match resolve_kind_or_none(conn, &gvr).await? {
-            Some(resolved) => served.push((*kind, scope::dynamic(conn.client.clone(), &resolved.ar, None))),
-            None => missing.push(*kind),
+        let Some(resolved) = resolve_kind_or_none(conn, &gvr).await? else {
+            missing.push(*kind);
+            continue;
+        };
+        let api: Api<DynamicObject> = scope::dynamic(conn.client.clone(), &resolved.ar, None);
+        // Served but not this process's to read (its role names only some of the APIs): not followed,
+        // as if not installed, rather than holding back the others.
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Err(err) if crate::error::status_code(&err) == Some(403) => {
+                tracing::warn!(
+                    "not following {kind} objects: {}; trying again every {}s",
+                    crate::error::describe(&err),
+                    RETRY.as_secs()
+                );
+                missing.push(*kind);
+            }
+            Err(err) => {
+                // Not a refusal: its watch lists them again, with its own retries.
+                tracing::warn!("cannot list {kind} objects yet: {}", crate::error::describe(&err));
+                served.push((*kind, api));
+            }
+            Ok(_) => served.push((*kind, api)),
         }
     }
     Ok((served, missing))

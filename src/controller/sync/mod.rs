@@ -113,7 +113,9 @@ impl Syncer {
     /// The version of the sync hook's requests (the Sample sync reads v1's).
     pub fn version(&self) -> Version {
         match self {
-            Syncer::Sample | Syncer::Graph(_) => Version::V1,
+            Syncer::Sample => Version::V1,
+            // An external reference may name an object in any namespace, as a v2 hook's related rules may.
+            Syncer::Graph(_) => Version::V2,
             Syncer::Hook(hooks) => hooks.sync.version,
         }
     }
