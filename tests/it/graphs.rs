@@ -304,3 +304,62 @@ fn a_broken_graph_is_said_and_a_foreign_object_is_not_taken() {
         let _ = kubectl(&["patch", "rgd", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
     }
 }
+
+/// Children an owner reference cannot reach, as kro makes them: a ConfigMap in another namespace and a
+/// ClusterRole, both owned by their labels (no owner reference), found again across namespaces, and
+/// deleted with the instance.
+#[test]
+fn children_in_other_namespaces_and_cluster_scoped_ones_are_owned_by_label() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-xns");
+    let other = Namespace::new("rgd-xns-other");
+    let name = "samplectl-it-xns".to_owned();
+    let schema = json!({"apiVersion": "v1alpha1", "kind": "GraphSpread", "group": "graphs.samplectl.test",
+                        "spec": {"target": "string"}});
+    let resources = json!([
+        {"id": "elsewhere", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "${schema.metadata.name}", "namespace": "${schema.spec.target}"},
+            "data": {"from": "${schema.metadata.namespace}"}}},
+        {"id": "role", "template": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "${schema.metadata.namespace + '-' + schema.metadata.name}"}, "rules": []}},
+    ]);
+    apply("default", &rgd(&name, &ns.0, schema, resources));
+    // Every namespace: the children live outside the instance's.
+    let label = format!("samplectl-test={}", ns.0);
+    let run = Background::start(&["reconcile", "--from-cluster", "--target-label-selector", &label, "--watch"]);
+    let spread = json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphSpread",
+                        "metadata": {"name": "spread"}, "spec": {"target": other.0}});
+    eventually(SOON, "the instance ACTIVE", || {
+        let _ = crate::support::try_apply(&ns.0, &spread);
+        let object = get("graphspreads.graphs.samplectl.test", "spread", Some(&ns.0)).ok_or("no instance")?;
+        if object["status"]["state"] == "ACTIVE" {
+            Ok(())
+        } else {
+            Err(format!("{}\n{}", object["status"], run.stderr()))
+        }
+    });
+    let role_name = format!("{}-spread", ns.0);
+    let config = get("configmap", "spread", Some(&other.0)).expect("the ConfigMap in the other namespace");
+    let role = get("clusterrole", &role_name, None).expect("the ClusterRole");
+    for child in [&config, &role] {
+        assert!(child["metadata"].get("ownerReferences").is_none(), "{child}");
+        assert_eq!(child["metadata"]["labels"]["kro.run/instance-namespace"], ns.0.as_str());
+        assert_eq!(child["metadata"]["labels"]["app.kubernetes.io/managed-by"], "samplectl");
+    }
+    assert_eq!(config["data"]["from"], ns.0.as_str());
+    // Found again: a hand edit is put back, without a second object.
+    kubectl(&["patch", "configmap", "spread", "-n", &other.0, "--type=merge", "-p", r#"{"data":{"from":"edited"}}"#])
+        .success();
+    eventually(SOON, "the edit put back", || {
+        let config = get("configmap", "spread", Some(&other.0)).ok_or("gone")?;
+        if config["data"]["from"] == ns.0.as_str() { Ok(()) } else { Err(format!("{}", config["data"])) }
+    });
+    kubectl(&["delete", "graphspreads.graphs.samplectl.test", "spread", "-n", &ns.0, "--wait=false"]).success();
+    eventually(SOON, "the children gone with the instance", || {
+        let left = [get("configmap", "spread", Some(&other.0)), get("clusterrole", &role_name, None)];
+        if left.iter().all(Option::is_none) { Ok(()) } else { Err(format!("{left:?}")) }
+    });
+    kubectl(&["delete", "rgd", &name, "--wait=true", "--timeout=30s"]).success();
+    drop(run);
+}

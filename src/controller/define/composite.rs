@@ -28,7 +28,7 @@ pub async fn define(conn: &Connection, cc: &CompositeController) -> Result<Defin
         .iter()
         .map(|c| (c.api_version.as_str(), c.resource.as_str(), c.update_strategy.as_ref().and_then(|s| s.method)));
     let (children, updates) = child_types(conn, "spec.childResources", entries, None).await?;
-    let family = Family { parent, children };
+    let family = Family { parent, children, label_owned: false };
     check(&family)?;
     let rolling = rolling(conn, cc, &family).await?;
 

@@ -42,7 +42,7 @@ pub async fn define(conn: &Connection, dc: &DecoratorController) -> Result<Vec<D
         }) {
             bail!("{field}: {} is given twice", parent.qualified_plural());
         }
-        let family = Family { parent, children: attachments.clone() };
+        let family = Family { parent, children: attachments.clone(), label_owned: false };
         if let Some(why) = family.mismatch() {
             bail!("{field}: cannot attach these types: {why}");
         }

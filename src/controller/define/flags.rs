@@ -24,7 +24,7 @@ pub fn built_in(samples: Resolved) -> Definition {
     };
     Definition {
         name: "samples".into(),
-        family: Family { parent: samples, children: vec![configmaps] },
+        family: Family { parent: samples, children: vec![configmaps], label_owned: false },
         sync: Syncer::Sample,
         finalizer: Finalizer { name: FINALIZER.into(), enabled: false },
         selector: ParentSelector::default(),
@@ -45,7 +45,7 @@ pub async fn hooked(conn: &Connection, parent: Resolved, hook: &HookSettings) ->
             children.push(child);
         }
     }
-    let family = Family { parent, children };
+    let family = Family { parent, children, label_owned: false };
     check(&family)?;
     let controller = controller_object(&family, "samplectl");
     let hooks = Hooks {

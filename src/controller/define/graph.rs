@@ -218,7 +218,7 @@ async fn run(
             return Err(why);
         }
     };
-    let family = Family { parent, children };
+    let family = Family { parent, children, label_owned: true };
     if let Some(why) = family.mismatch() {
         conditions.set_false("ControllerReady", "FailedToStart", &why);
         return Err(why);

@@ -16,12 +16,13 @@ use crate::controller::rules::children::{ChildKey, Family, Observed, controller_
 
 /// The parent that controls the object `meta` describes, if one of the parent's type does.
 fn owner(meta: &ObjectMeta, family: &Family) -> Option<Place> {
-    let (name, _) = controller_of(meta, &family.parent)?;
+    let controller = controller_of(meta, &family.parent)?;
     let namespace = match family.parent.namespaced {
-        true => meta.namespace.as_deref().unwrap_or_default(),
+        // Owned by label, a child may live in another namespace than its parent's, which the label names.
+        true => controller.namespace.or(meta.namespace.as_deref()).unwrap_or_default(),
         false => "",
     };
-    Some(Place::new(namespace, name))
+    Some(Place::new(namespace, controller.name))
 }
 
 /// A cached child: its type (the index in the controller's child types) and place.

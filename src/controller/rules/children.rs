@@ -50,20 +50,61 @@ pub type Observed = BTreeMap<ChildKey, DynamicObject>;
 pub struct Family {
     pub parent: Resolved,
     pub children: Vec<Resolved>,
+    /// Children may live where an owner reference cannot reach (another namespace than a namespaced
+    /// parent's, or cluster-scoped below one): those are owned by label instead (`LABEL_OWNER`), as kro
+    /// owns all its children.
+    pub label_owned: bool,
 }
 
-/// The parent's uid, if `meta`'s object has a controller owner reference of the parent's type.
-pub fn controller_of<'a>(meta: &'a ObjectMeta, parent: &Resolved) -> Option<(&'a str, &'a str)> {
-    meta.owner_references
+/// The labels that own a child an owner reference cannot reach, beside `app.kubernetes.io/managed-by:
+/// samplectl`: kro's instance labels, which name the parent's uid, name, namespace and type.
+pub const OWNER_UID_LABEL: &str = "kro.run/instance-id";
+pub const OWNER_NAME_LABEL: &str = "kro.run/instance-name";
+pub const OWNER_NAMESPACE_LABEL: &str = "kro.run/instance-namespace";
+pub const OWNER_KIND_LABEL: &str = "kro.run/instance-kind";
+pub const OWNER_GROUP_LABEL: &str = "kro.run/instance-group";
+
+/// The parent that controls an object: its name, uid, and (when owned by label, maybe elsewhere) its
+/// namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Controller<'a> {
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub namespace: Option<&'a str>,
+}
+
+/// The parent of `parent`'s type that controls `meta`'s object: by controller owner reference, or by
+/// samplectl's managed-by label with the owner labels naming a parent of that type.
+pub fn controller_of<'a>(meta: &'a ObjectMeta, parent: &Resolved) -> Option<Controller<'a>> {
+    let by_reference = meta
+        .owner_references
         .iter()
         .flatten()
         .find(|r| r.controller == Some(true) && r.kind == parent.ar.kind && r.api_version == parent.ar.api_version)
-        .map(|r| (r.name.as_str(), r.uid.as_str()))
+        .map(|r| Controller { name: r.name.as_str(), uid: r.uid.as_str(), namespace: None });
+    by_reference.or_else(|| {
+        let labels = meta.labels.as_ref()?;
+        let of_type = labels.get(OWNER_KIND_LABEL) == Some(&parent.ar.kind)
+            && labels.get(OWNER_GROUP_LABEL).map(String::as_str).unwrap_or_default() == parent.ar.group;
+        (managed(meta) && of_type).then_some(())?;
+        Some(Controller {
+            name: labels.get(OWNER_NAME_LABEL)?,
+            uid: labels.get(OWNER_UID_LABEL)?,
+            namespace: labels.get(OWNER_NAMESPACE_LABEL).map(String::as_str),
+        })
+    })
 }
 
-/// Whether the object `meta` describes is controlled by the parent with this uid.
+fn managed(meta: &ObjectMeta) -> bool {
+    meta.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_some_and(|v| v == MANAGED_BY)
+}
+
+/// Whether the object `meta` describes is controlled by the parent with this uid: its controller owner
+/// reference, or samplectl's managed-by label with the owner uid label.
 pub fn controlled_by(meta: &ObjectMeta, parent_uid: &str) -> bool {
     meta.owner_references.iter().flatten().any(|r| r.controller == Some(true) && r.uid == parent_uid)
+        || (managed(meta)
+            && meta.labels.as_ref().and_then(|l| l.get(OWNER_UID_LABEL)).is_some_and(|uid| uid == parent_uid))
 }
 
 impl Family {
@@ -86,6 +127,9 @@ impl Family {
     /// cannot own a cluster-scoped child (the garbage collector would treat the owner as missing and
     /// delete the child).
     pub fn mismatch(&self) -> Option<String> {
+        if self.label_owned {
+            return None;
+        }
         let cluster_child = self.children.iter().find(|c| !c.namespaced)?;
         self.parent.namespaced.then(|| {
             format!(
@@ -123,10 +167,11 @@ impl Family {
         let parent_ns = parent.metadata.namespace.clone().unwrap_or_default();
         let given = desired["metadata"]["namespace"].as_str().filter(|ns| !ns.is_empty());
         let namespace = match (self.children[kind].namespaced, self.parent.namespaced, given) {
+            (true, true, Some(ns)) if self.label_owned => ns.to_owned(),
             (false, _, None) => String::new(),
             (false, _, Some(ns)) => return Err(format!("child {what} is cluster-scoped but names namespace {ns}")),
-            (true, true, None) => parent_ns,
-            (true, true, Some(ns)) if ns == parent_ns => parent_ns,
+            (true, true, None) => parent_ns.clone(),
+            (true, true, Some(ns)) if ns == parent_ns => parent_ns.clone(),
             (true, true, Some(ns)) => {
                 return Err(format!(
                     "child {what} is in namespace {ns}, not in its parent's namespace {parent_ns}; a parent owns \
@@ -177,15 +222,31 @@ impl Family {
             .filter(|r| r["controller"] != true && r["uid"] != parent.metadata.uid.as_deref().unwrap_or_default())
             .cloned()
             .collect();
-        owners.push(json!({
-            "apiVersion": self.parent.ar.api_version,
-            "kind": self.parent.ar.kind,
-            "name": parent.metadata.name.as_deref().unwrap_or_default(),
-            "uid": parent.metadata.uid.as_deref().unwrap_or_default(),
-            "controller": true,
-            "blockOwnerDeletion": true,
-        }));
-        metadata.insert("ownerReferences".into(), Value::Array(owners));
+        // An owner reference reaches a child in the parent's namespace, or any child of a cluster-scoped
+        // parent; the others are owned by their labels alone.
+        let reachable = !self.parent.namespaced || (self.children[kind].namespaced && namespace == parent_ns);
+        if reachable {
+            owners.push(json!({
+                "apiVersion": self.parent.ar.api_version,
+                "kind": self.parent.ar.kind,
+                "name": parent.metadata.name.as_deref().unwrap_or_default(),
+                "uid": parent.metadata.uid.as_deref().unwrap_or_default(),
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }));
+        } else {
+            let labels = metadata["labels"].as_object_mut().expect("made an object above");
+            labels.insert(OWNER_UID_LABEL.into(), parent.metadata.uid.clone().unwrap_or_default().into());
+            labels.insert(OWNER_NAME_LABEL.into(), parent.metadata.name.clone().unwrap_or_default().into());
+            labels.insert(OWNER_NAMESPACE_LABEL.into(), parent_ns.clone().into());
+            labels.insert(OWNER_KIND_LABEL.into(), self.parent.ar.kind.clone().into());
+            labels.insert(OWNER_GROUP_LABEL.into(), self.parent.ar.group.clone().into());
+        }
+        if owners.is_empty() {
+            metadata.remove("ownerReferences");
+        } else {
+            metadata.insert("ownerReferences".into(), Value::Array(owners));
+        }
         Ok((ChildKey { kind, namespace, name: name.to_owned() }, body))
     }
 }
@@ -436,6 +497,7 @@ mod tests {
                 resolved("", "v1", "ConfigMap", "configmaps", true),
                 resolved("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false),
             ],
+            label_owned: false,
         }
     }
 
@@ -445,6 +507,50 @@ mod tests {
             "metadata": {"name": "w", "namespace": namespace, "uid": "uid-w", "generation": 1},
         }))
         .unwrap()
+    }
+
+    /// A family whose children an owner reference cannot always reach (kro's): those are owned by
+    /// label, found again by those labels, and only with samplectl's managed-by label.
+    #[test]
+    fn children_out_of_an_owner_references_reach_are_owned_by_label() {
+        let mut family = family(true);
+        family.label_owned = true;
+        assert_eq!(family.mismatch(), None, "a cluster-scoped child type is fine");
+        let w = parent(Some("a"));
+        let (key, elsewhere) = family
+            .own(&w, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "b"}}))
+            .unwrap();
+        assert_eq!(key.namespace, "b");
+        assert!(elsewhere["metadata"].get("ownerReferences").is_none(), "{elsewhere}");
+        assert_eq!(elsewhere["metadata"]["labels"][OWNER_UID_LABEL], "uid-w");
+        assert_eq!(elsewhere["metadata"]["labels"][OWNER_NAMESPACE_LABEL], "a");
+        let meta: ObjectMeta = serde_json::from_value(elsewhere["metadata"].clone()).unwrap();
+        assert!(controlled_by(&meta, "uid-w") && !controlled_by(&meta, "uid-x"));
+        let controller = controller_of(&meta, &family.parent).unwrap();
+        assert_eq!((controller.name, controller.uid, controller.namespace), ("w", "uid-w", Some("a")));
+        let mut unmanaged = meta.clone();
+        unmanaged.labels.as_mut().unwrap().remove(MANAGED_BY_LABEL);
+        assert!(!controlled_by(&unmanaged, "uid-w") && controller_of(&unmanaged, &family.parent).is_none());
+
+        let (_, here) =
+            family.own(&w, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})).unwrap();
+        assert_eq!(here["metadata"]["ownerReferences"][0]["uid"], "uid-w", "in its namespace: by reference");
+        let (key, cluster) = family
+            .own(&w, &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}}))
+            .unwrap();
+        assert_eq!(key.namespace, "");
+        assert!(cluster["metadata"].get("ownerReferences").is_none());
+        assert!(
+            family
+                .own(&w, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "b"}}))
+                .is_ok()
+        );
+        family.label_owned = false;
+        assert!(
+            family
+                .own(&w, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "b"}}))
+                .is_err()
+        );
     }
 
     fn object(value: Value) -> DynamicObject {

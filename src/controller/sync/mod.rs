@@ -371,6 +371,7 @@ mod tests {
                 resolved("v1", "ConfigMap", "configmaps", true),
                 resolved("apps/v1", "Deployment", "deployments", true),
             ],
+            label_owned: false,
         };
         let parent: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "example.com/v1", "kind": "Widget",
@@ -409,6 +410,7 @@ mod tests {
                 resolved("v1", "ConfigMap", "configmaps", true),
                 resolved("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", false),
             ],
+            label_owned: false,
         };
         let parent: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "a"},
@@ -491,6 +493,7 @@ mod tests {
         let family = Family {
             parent: resolved("v1", "Secret", "secrets", true),
             children: vec![resolved("v1", "ConfigMap", "configmaps", true)],
+            label_owned: false,
         };
         let parent: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "a"},
