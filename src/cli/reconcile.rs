@@ -135,15 +135,17 @@ pub struct ReconcileArgs {
     #[arg(long, help_heading = "Hooks")]
     pub finalize: bool,
 
-    /// Run every CompositeController and DecoratorController (metacontroller.k8s.io/v1alpha1) in these
-    /// manifests, in place of --gvr: a file, a directory (its .yaml, .yml and .json files), or - for
-    /// stdin; repeat for more. Other kinds in them are skipped
+    /// Run every CompositeController and DecoratorController (metacontroller.k8s.io/v1alpha1) and every
+    /// ResourceGraphDefinition (kro.run/v1alpha1) in these manifests, in place of --gvr: a file, a
+    /// directory (its .yaml, .yml and .json files), or - for stdin; repeat for more. Other kinds in them
+    /// are skipped
     #[arg(short = 'f', long = "filename", value_name = "PATH", help_heading = "Controllers",
           conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize"], value_hint = ValueHint::AnyPath)]
     pub filenames: Vec<std::path::PathBuf>,
 
-    /// Run every CompositeController and DecoratorController stored in the cluster, and start, change and
-    /// stop each one as its object is created, updated and deleted, as metacontroller does
+    /// Run every CompositeController, DecoratorController and ResourceGraphDefinition stored in the
+    /// cluster, and start, change and stop each one as its object is created, updated and deleted, as
+    /// metacontroller and kro do
     #[arg(long, help_heading = "Controllers",
           conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize", "filenames"])]
     pub from_cluster: bool,

@@ -1249,7 +1249,7 @@ fn bad_manifests_are_refused_with_their_place() {
     bad(
         "nothing.yaml",
         &[json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})],
-        "no CompositeController or DecoratorController found",
+        "no CompositeController, DecoratorController or ResourceGraphDefinition found",
     );
     let missing = dir.path().join("missing.yaml").display().to_string();
     let run = samplectl(&["reconcile", "-f", &missing, "--once"]);

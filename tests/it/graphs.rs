@@ -363,3 +363,61 @@ fn children_in_other_namespaces_and_cluster_scoped_ones_are_owned_by_label() {
     kubectl(&["delete", "rgd", &name, "--wait=true", "--timeout=30s"]).success();
     drop(run);
 }
+
+/// `reconcile -f` reads ResourceGraphDefinitions from files as it reads CompositeControllers: a good one
+/// runs its instances; an unknown field and a reference to an unknown resource are refused with their
+/// place and exit 1.
+#[test]
+fn graphs_are_read_from_files() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-file");
+    let dir = tempfile::tempdir().unwrap();
+    let schema = json!({"apiVersion": "v1alpha1", "kind": "GraphFromFile", "group": "graphs.samplectl.test", "spec": {"note": "string | default=\"hi\""}});
+    let resources = json!([{"id": "note", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "${schema.metadata.name}-note"}, "data": {"note": "${schema.spec.note}"}}}]);
+    let write = |file: &str, rgd: &Value| {
+        let path = dir.path().join(file);
+        std::fs::write(&path, serde_yaml::to_string(rgd).unwrap()).unwrap();
+        path.display().to_string()
+    };
+    let good = rgd("samplectl-it-file", "file", schema.clone(), resources.clone());
+    let mut typo = good.clone();
+    typo["spec"]["resources"][0]["readyWhenn"] = json!([]);
+    let typo = write("typo.yaml", &typo);
+    let refused = samplectl(&["reconcile", "-f", &typo, "-n", &ns.0, "--once"]);
+    assert_eq!(refused.code, 1, "{refused:#?}");
+    assert!(
+        refused.stderr.contains(
+            "ResourceGraphDefinition \"samplectl-it-file\": unknown field \"readyWhenn\" at spec.resources[0]"
+        ),
+        "{refused:#?}"
+    );
+    let mut unknown = good.clone();
+    unknown["spec"]["resources"][0]["template"]["metadata"]["name"] = json!("${nothing.metadata.name}");
+    let unknown = write("unknown.yaml", &unknown);
+    let refused = samplectl(&["reconcile", "-f", &unknown, "-n", &ns.0, "--once"]);
+    assert_eq!(refused.code, 1, "{refused:#?}");
+    assert!(refused.stderr.contains("references unknown identifiers: [nothing]"), "{refused:#?}");
+    assert!(
+        get("crd", "graphfromfiles.graphs.samplectl.test", None).is_none() || refused.stderr.contains("cannot run")
+    );
+
+    let good = write("good.yaml", &good);
+    let run = Background::start(&["reconcile", "-f", &good, "-n", &ns.0, "--watch"]);
+    let instance =
+        json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphFromFile", "metadata": {"name": "n"}});
+    eventually(SOON, "the instance ACTIVE", || {
+        let _ = crate::support::try_apply(&ns.0, &instance);
+        let object = get("graphfromfiles.graphs.samplectl.test", "n", Some(&ns.0)).ok_or("none")?;
+        if object["status"]["state"] == "ACTIVE" {
+            Ok(())
+        } else {
+            Err(format!("{}\n{}", object["status"], run.stderr()))
+        }
+    });
+    assert_eq!(get("configmap", "n-note", Some(&ns.0)).unwrap()["data"]["note"], "hi");
+    kubectl(&["delete", "graphfromfiles.graphs.samplectl.test", "n", "-n", &ns.0, "--wait=true", "--timeout=30s"])
+        .success();
+    drop(run);
+}

@@ -142,6 +142,15 @@ pub async fn define(conn: &Connection, rgd: &DynamicObject, writer: &Writer) -> 
     Ok(Outcome::Run(Box::new(definition)))
 }
 
+/// An RGD read from a manifest (`reconcile -f`), which is in no cluster: its graph checked, its types
+/// resolved and its instance CRD made, as for one stored, with no status or finalizer to write.
+pub async fn from_manifest(conn: &Connection, rgd: &Value) -> Result<Definition, String> {
+    let object: DynamicObject = serde_json::from_value(rgd.clone()).map_err(|e| e.to_string())?;
+    let now = now();
+    let mut conditions = Conditions::read(Vec::new(), DEPENDENTS, &[], (1, false), &now, &now);
+    run(conn, &object, rgd, &mut conditions, 1).await.map(|(_, definition)| definition)
+}
+
 async fn rgd_api(conn: &Connection) -> Result<Api<DynamicObject>, String> {
     let gvr = Gvr::parse(&format!("{API_VERSION}/{PLURAL}"))?;
     let resolved = resolve_gvr(&conn.client, &gvr).await.map_err(|e| crate::error::describe_any(&e))?;

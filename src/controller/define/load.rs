@@ -1,7 +1,8 @@
 //! Reading controller objects from manifests (`reconcile -f`): a file, a directory's `.yaml`, `.yml` and
 //! `.json` files (in name order, not recursing, as `kubectl apply -f DIR` reads them), or `-` for stdin;
 //! each YAML document, and each item of a `List`, is one object. CompositeControllers and
-//! DecoratorControllers are read strictly; every other kind is skipped, since upstream manifests put a
+//! DecoratorControllers are read strictly, and so are kro's ResourceGraphDefinitions (their fields here,
+//! their graph by `rules::graph::rgd`); every other kind is skipped, since upstream manifests put a
 //! controller next to the Deployment and Service that serve its hook.
 
 use std::io::Read;
@@ -17,6 +18,8 @@ use super::api::{API_VERSION, COMPOSITE, CompositeController, DECORATOR, Decorat
 pub enum Object {
     Composite(Box<CompositeController>),
     Decorator(Box<DecoratorController>),
+    /// A ResourceGraphDefinition, kept as JSON: its graph is read by `rules::graph::rgd`.
+    Graph(Box<Value>),
 }
 
 impl Object {
@@ -24,6 +27,7 @@ impl Object {
         match self {
             Object::Composite(_) => COMPOSITE,
             Object::Decorator(_) => DECORATOR,
+            Object::Graph(_) => RGD_KIND,
         }
     }
 
@@ -31,6 +35,7 @@ impl Object {
         match self {
             Object::Composite(cc) => &cc.metadata.name,
             Object::Decorator(dc) => &dc.metadata.name,
+            Object::Graph(rgd) => rgd["metadata"]["name"].as_str().unwrap_or_default(),
         }
     }
 }
@@ -123,8 +128,11 @@ fn collect(source: &str, value: Value, objects: &mut Vec<Object>) -> Result<(), 
         }
         return Ok(());
     }
-    let ours = kind == COMPOSITE || kind == DECORATOR;
     let group = api_version.split_once('/').map_or("", |(group, _)| group);
+    if kind == RGD_KIND && group == RGD_GROUP {
+        return graph(source, value, objects);
+    }
+    let ours = kind == COMPOSITE || kind == DECORATOR;
     if !ours || group != GROUP {
         tracing::debug!(source, kind, "skipping a {kind}: not a controller object");
         return Ok(());
@@ -154,6 +162,75 @@ fn collect(source: &str, value: Value, objects: &mut Vec<Object>) -> Result<(), 
     Ok(())
 }
 
+const RGD_KIND: &str = "ResourceGraphDefinition";
+const RGD_GROUP: &str = "kro.run";
+const RGD_API_VERSION: &str = "kro.run/v1alpha1";
+
+/// The fields a ResourceGraphDefinition may have where its CRD lists them (the templates and the
+/// SimpleSchema are free): any other is refused with its place, as the API server refuses it under
+/// strict field validation.
+fn check_fields(rgd: &Value) -> Result<(), String> {
+    const TOP: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
+    const SPEC: &[&str] = &["schema", "resources"];
+    const SCHEMA: &[&str] = &[
+        "apiVersion",
+        "kind",
+        "group",
+        "scope",
+        "spec",
+        "status",
+        "types",
+        "additionalPrinterColumns",
+        "shortNames",
+        "categories",
+        "metadata",
+    ];
+    const RESOURCE: &[&str] = &["id", "template", "externalRef", "readyWhen", "includeWhen", "forEach"];
+    const EXTERNAL: &[&str] = &["apiVersion", "kind", "metadata"];
+    const EXTERNAL_METADATA: &[&str] = &["name", "namespace", "selector"];
+    let only = |value: &Value, allowed: &[&str], at: &str| -> Result<(), String> {
+        let unknown = value.as_object().and_then(|fields| fields.keys().find(|k| !allowed.contains(&k.as_str())));
+        match (unknown, at) {
+            (None, _) => Ok(()),
+            (Some(field), "") => Err(format!("unknown field {field:?}")),
+            (Some(field), at) => Err(format!("unknown field {field:?} at {at}")),
+        }
+    };
+    only(rgd, TOP, "")?;
+    only(&rgd["spec"], SPEC, "spec")?;
+    only(&rgd["spec"]["schema"], SCHEMA, "spec.schema")?;
+    for (i, resource) in rgd["spec"]["resources"].as_array().into_iter().flatten().enumerate() {
+        only(resource, RESOURCE, &format!("spec.resources[{i}]"))?;
+        only(&resource["externalRef"], EXTERNAL, &format!("spec.resources[{i}].externalRef"))?;
+        only(
+            &resource["externalRef"]["metadata"],
+            EXTERNAL_METADATA,
+            &format!("spec.resources[{i}].externalRef.metadata"),
+        )?;
+    }
+    Ok(())
+}
+
+/// A ResourceGraphDefinition from a manifest: its version, name and fields checked here, its graph when
+/// it is run.
+fn graph(source: &str, value: Value, objects: &mut Vec<Object>) -> Result<(), BadManifest> {
+    let name = value["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let what = if name.is_empty() { format!("a {RGD_KIND}") } else { format!("{RGD_KIND} {name:?}") };
+    let api_version = value["apiVersion"].as_str().unwrap_or_default();
+    if api_version != RGD_API_VERSION {
+        return Err(BadManifest(format!(
+            "error validating {source}: {what} is {api_version}; samplectl reads {RGD_API_VERSION}, the version kro \
+             serves"
+        )));
+    }
+    if name.is_empty() {
+        return Err(BadManifest(format!("error validating {source}: {what} has no metadata.name")));
+    }
+    check_fields(&value).map_err(|why| BadManifest(format!("error validating {source}: {what}: {why}")))?;
+    objects.push(Object::Graph(Box::new(value)));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +255,29 @@ spec:
     finalize: {version: v2, webhook: {service: {name: catset, namespace: metacontroller, port: 8080}, path: /finalize}}
 ---
 "#;
+
+    #[test]
+    fn resource_graph_definitions_are_read_and_their_unknown_fields_refused() {
+        let rgd = r#"
+apiVersion: kro.run/v1alpha1
+kind: ResourceGraphDefinition
+metadata: {name: web}
+spec:
+  schema: {apiVersion: v1alpha1, kind: Web, spec: {port: integer}}
+  resources:
+    - id: cm
+      template: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}, data: {anything: goes}}
+"#;
+        let objects = parse("web.yaml", rgd).unwrap();
+        assert_eq!((objects[0].kind(), objects[0].name()), ("ResourceGraphDefinition", "web"));
+        let typo = rgd.replace("    - id: cm", "    - id: cm\n      readyWhenn: []");
+        assert_eq!(
+            parse("web.yaml", &typo).unwrap_err().0,
+            "error validating web.yaml: ResourceGraphDefinition \"web\": unknown field \"readyWhenn\" at spec.resources[0]"
+        );
+        let old = rgd.replace("kro.run/v1alpha1", "kro.run/v1beta1");
+        assert!(parse("web.yaml", &old).unwrap_err().0.contains("samplectl reads kro.run/v1alpha1"));
+    }
 
     #[test]
     fn controllers_are_read_and_other_kinds_skipped() {

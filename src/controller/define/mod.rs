@@ -30,6 +30,7 @@ pub async fn from_object(conn: &Connection, object: &Object) -> Result<Vec<Defin
     let definitions = match object {
         Object::Composite(cc) => composite::define(conn, cc).await.map(|d| vec![d]),
         Object::Decorator(dc) => decorator::define(conn, dc).await,
+        Object::Graph(rgd) => graph::from_manifest(conn, rgd).await.map(|d| vec![d]).map_err(anyhow::Error::msg),
     };
     definitions.map_err(|err| err.context(format!("cannot run {what}")))
 }
@@ -40,7 +41,7 @@ pub async fn from_manifests(conn: &Connection, paths: &[PathBuf]) -> Result<Vec<
     let objects = load::read(paths)?;
     if objects.is_empty() {
         let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        bail!("no CompositeController or DecoratorController found in {}", shown.join(", "));
+        bail!("no CompositeController, DecoratorController or ResourceGraphDefinition found in {}", shown.join(", "));
     }
     let mut definitions = Vec::new();
     let mut parents: HashMap<String, String> = HashMap::new();
