@@ -1,15 +1,19 @@
 //! kro's expressions evaluated in process: CEL with the standard macros, optional values (`a.?b`,
-//! `orValue`), the strings, lists, encoders and math extensions, and kro's own functions that generated
-//! names depend on (`random.seededString` and `random.seededInt`, byte for byte as kro computes them).
+//! `orValue`), the strings, lists, encoders and math extensions, and kro's own functions: those generated
+//! names depend on (`random.seededString` and `random.seededInt`, byte for byte as kro computes them),
+//! `json.marshal` / `json.unmarshal`, `hash.fnv64a` / `sha256` / `md5` (bytes), and maps' `merge` and
+//! `deepMerge` (the argument's entries win).
 //! An error that only says the data is not there yet (a missing key or field, an index out of range) is
 //! `Pending`, as kro reads it: the resource waits, nothing failed.
 
 use std::sync::{Arc, LazyLock};
 
+use cel::extractors::This;
 use cel::objects::{Key, Map};
 use cel::{Context, Env, ExecutionError};
+use md5::Digest as _;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use super::expr::{Piece, Template};
 
@@ -91,6 +95,41 @@ pub fn to_cel(value: &Value) -> cel::Value {
     }
 }
 
+/// JSON as Go's `encoding/json` writes it: keys sorted (serde_json's maps are), no spaces, and `<`, `>`,
+/// `&`, U+2028 and U+2029 escaped (they only occur inside strings).
+fn go_json(value: &Value) -> String {
+    let text = serde_json::to_string(value).unwrap_or_default();
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `this.merge(other)`: `other`'s entries over `this`'s; `deep`ly, maps under the same key are merged
+/// the same way.
+fn merged(this: &cel::Value, other: &cel::Value, deep: bool) -> Result<cel::Value, ExecutionError> {
+    let (cel::Value::Map(this), cel::Value::Map(other)) = (this, other) else {
+        return Err(ExecutionError::function_error("merge", "merge needs two maps"));
+    };
+    let mut result: std::collections::HashMap<Key, cel::Value> = (*this.map).clone();
+    for (key, value) in other.map.iter() {
+        let value = match (deep, result.get(key), value) {
+            (true, Some(mine @ cel::Value::Map(_)), theirs @ cel::Value::Map(_)) => merged(mine, theirs, true)?,
+            _ => value.clone(),
+        };
+        result.insert(key.clone(), value);
+    }
+    Ok(cel::Value::Map(Map { map: Arc::new(result) }))
+}
+
 fn pending(err: &ExecutionError) -> bool {
     let text = err.to_string();
     matches!(err, ExecutionError::NoSuchKey(_) | ExecutionError::IndexOutOfBounds(_))
@@ -119,6 +158,44 @@ impl Scope<'_> {
                     .map(cel::Value::Int)
                     .map_err(|e| ExecutionError::function_error("random.seededInt", e))
             })
+            .map_err(failed)?;
+        context
+            .add_function("json.unmarshal", |text: Arc<String>| {
+                serde_json::from_str::<Value>(&text).map(|v| to_cel(&v)).map_err(|e| {
+                    ExecutionError::function_error("json.unmarshal", format!("json.unmarshal failed: {e}"))
+                })
+            })
+            .map_err(failed)?;
+        context
+            .add_function("json.marshal", |value: cel::Value| {
+                value.json().map(|v| cel::Value::String(Arc::new(go_json(&v)))).map_err(|e| {
+                    ExecutionError::function_error("json.marshal", format!("json.marshal failed to convert value: {e}"))
+                })
+            })
+            .map_err(failed)?;
+        context
+            .add_function("hash.fnv64a", |text: Arc<String>| -> cel::Value {
+                use std::hash::Hasher;
+                let mut hasher = fnv::FnvHasher::default();
+                hasher.write(text.as_bytes());
+                cel::Value::Bytes(Arc::new(hasher.finish().to_be_bytes().to_vec()))
+            })
+            .map_err(failed)?;
+        context
+            .add_function("hash.sha256", |text: Arc<String>| -> cel::Value {
+                cel::Value::Bytes(Arc::new(Sha256::digest(text.as_bytes()).to_vec()))
+            })
+            .map_err(failed)?;
+        context
+            .add_function("hash.md5", |text: Arc<String>| -> cel::Value {
+                cel::Value::Bytes(Arc::new(md5::Md5::digest(text.as_bytes()).to_vec()))
+            })
+            .map_err(failed)?;
+        context
+            .add_function("merge", |This(this): This<cel::Value>, other: cel::Value| merged(&this, &other, false))
+            .map_err(failed)?;
+        context
+            .add_function("deepMerge", |This(this): This<cel::Value>, other: cel::Value| merged(&this, &other, true))
             .map_err(failed)?;
         for (name, value) in &self.variables {
             context.add_variable_from_value(*name, to_cel(value));
@@ -208,6 +285,37 @@ mod tests {
         assert_eq!(
             scope.evaluate("random.seededString(5, schema.metadata.uid)").unwrap(),
             json!(seeded_string(5, "u-1").unwrap())
+        );
+    }
+
+    #[test]
+    fn kros_json_hash_and_maps_libraries() {
+        let instance = json!({"spec": {"labels": {"a": "1", "b": "2"}, "doc": "{\"x\": [1, 2], \"y\": \"<&>\"}"}});
+        let scope = Scope { variables: vec![("schema", &instance)] };
+        assert_eq!(scope.evaluate("json.unmarshal(schema.spec.doc).x[1]").unwrap(), json!(2));
+        // As Go's encoding/json writes it: keys sorted, HTML characters escaped.
+        assert_eq!(
+            scope.evaluate("json.marshal(json.unmarshal(schema.spec.doc))").unwrap(),
+            json!("{\"x\":[1,2],\"y\":\"\\u003c\\u0026\\u003e\"}")
+        );
+        // Digests of "kro", as `printf kro | sha256sum` and `md5sum` give them.
+        assert_eq!(
+            scope.evaluate("base64.encode(hash.sha256('kro'))").unwrap(),
+            json!("U0eNuU6mXqd/DNkFbNFpJtfmYF4Lf3QlcZTqhVNSGFQ=")
+        );
+        assert_eq!(scope.evaluate("base64.encode(hash.md5('kro'))").unwrap(), json!("XG0BWHxGBgSIxW5khNPh6Q=="));
+        assert_eq!(
+            scope.evaluate("base64.encode(hash.fnv64a('kro'))").unwrap(),
+            json!("Pec4GTZz7+U="),
+            "as Go's fnv.New64a"
+        );
+        assert_eq!(
+            scope.evaluate("schema.spec.labels.merge({'b': 'x', 'c': '3'})").unwrap(),
+            json!({"a": "1", "b": "x", "c": "3"})
+        );
+        assert_eq!(
+            scope.evaluate("{'m': {'a': 1, 'b': 2}, 'k': 1}.deepMerge({'m': {'b': 3}})").unwrap(),
+            json!({"m": {"a": 1, "b": 3}, "k": 1})
         );
     }
 }
