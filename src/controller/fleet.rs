@@ -16,12 +16,12 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject, ListParams, TypeMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::define::api::{API_VERSION, COMPOSITE, DECORATOR};
 use super::define::from_object;
 use super::define::graph::{self as rgd, Outcome};
-use super::define::load::{Object, from_value};
+use super::define::load::from_value;
 use super::drive::watch::hub::Hub;
 use super::engine::{Context, Definition, Writer};
 use super::reconciling::{Driving, Reconciling};
@@ -64,7 +64,15 @@ struct State<'a> {
     running: HashMap<Key, Running>,
     /// Objects that could not be run, with their version, to try again.
     failed: HashMap<Key, (Version, DynamicObject)>,
+    /// Objects being made into definitions, each in a task of its own (an RGD may wait half a minute
+    /// for its CRD), so that one slow or broken object never holds up the others: the version asked
+    /// for, and the tasks.
+    defining: HashMap<Key, Version>,
+    defined: JoinSet<Defined>,
 }
+
+/// What making one object into definitions came to.
+type Defined = (Key, Version, DynamicObject, Result<Option<Vec<Definition>>>);
 
 type Version = (String, i64, bool);
 
@@ -88,17 +96,36 @@ fn api_version_of(kind: &str) -> &'static str {
 }
 
 impl State<'_> {
-    /// Runs `object` as it is now, unless it already runs at this version.
+    /// Runs `object` as it is now, unless it already runs (or is being started) at this version: the old
+    /// version stops, and the new one is made into definitions in a task of its own (`finish` starts it).
     async fn upsert(&mut self, kind: &'static str, mut object: DynamicObject) {
         let key = (kind, object.metadata.name.clone().unwrap_or_default());
         let now = version(&object);
-        if self.running.get(&key).is_some_and(|r| r.version == now) {
+        if self.running.get(&key).is_some_and(|r| r.version == now) || self.defining.get(&key) == Some(&now) {
             return;
         }
         self.stop(&key).await;
         // A list's items come without their type.
         object.types = Some(TypeMeta { api_version: api_version_of(kind).into(), kind: kind.into() });
-        match self.define(kind, &object).await {
+        // /readyz waits for it as for a controller already started.
+        self.serving.health.expect_more(1);
+        self.defining.insert(key.clone(), now.clone());
+        let (conn, writer) = (self.conn.clone(), self.fleet.writer.clone());
+        self.defined.spawn(async move {
+            let result = define(&conn, &writer, kind, &object).await;
+            (key, now, object, result)
+        });
+    }
+
+    /// Starts what `upsert` defined, unless it was stopped or asked for again at another version since.
+    fn finish(&mut self, (key, version, object, result): Defined) {
+        self.serving.health.synced();
+        if self.defining.get(&key) != Some(&version) {
+            return;
+        }
+        self.defining.remove(&key);
+        let result = result.and_then(|definitions| self.one_composite_per_parent(&key, definitions));
+        match result {
             Ok(None) => {
                 self.failed.remove(&key);
             }
@@ -117,43 +144,37 @@ impl State<'_> {
                 let contexts: Vec<Arc<Context>> = reconciling.controllers.iter().map(|(c, _)| c.clone()).collect();
                 self.serving.health.expect_more(contexts.len());
                 let task = tokio::spawn(reconciling.run(stopped));
-                self.running.insert(key, Running { version: now, stop, task, contexts });
+                self.running.insert(key, Running { version, stop, task, contexts });
             }
             Err(err) => {
                 tracing::warn!(controller = key.1, "{err:#}; trying again in {}s or when it changes", RETRY.as_secs());
-                self.failed.insert(key, (now, object));
+                self.failed.insert(key, (version, object));
             }
         }
     }
 
-    /// The definitions `object` runs; `None` for an RGD being deleted, which runs nothing.
-    async fn define(&self, kind: &'static str, object: &DynamicObject) -> Result<Option<Vec<Definition>>> {
-        if kind == rgd::KIND {
-            return match rgd::define(self.conn, object, &self.fleet.writer).await {
-                Ok(Outcome::Run(definition)) => Ok(Some(vec![*definition])),
-                Ok(Outcome::Deleted) => Ok(None),
-                Err(why) => Err(anyhow!(
-                    "cannot run ResourceGraphDefinition {:?}: {why}",
-                    object.metadata.name.as_deref().unwrap_or_default()
-                )),
-            };
+    /// A CompositeController whose parent type another one already reconciles is refused.
+    fn one_composite_per_parent(
+        &self,
+        key: &Key,
+        definitions: Option<Vec<Definition>>,
+    ) -> Result<Option<Vec<Definition>>> {
+        let Some(definitions) = definitions else { return Ok(None) };
+        if key.0 != COMPOSITE {
+            return Ok(Some(definitions));
         }
-        let value = serde_json::to_value(object)?;
-        let parsed = from_value(value)?;
-        let definitions = from_object(self.conn, &parsed).await?;
-        if let Object::Composite(_) = parsed {
-            let parent = &definitions[0].family.parent;
-            let taken = self.running.iter().find(|((k, _), r)| {
-                *k == COMPOSITE && r.contexts.iter().any(|c| same_type(&c.definition.family.parent, parent))
-            });
-            if let Some(((_, other), _)) = taken {
-                bail!(
-                    "cannot run {kind} {:?}: CompositeController {other:?} already reconciles {}; each parent type \
-                     may have one CompositeController",
-                    object.metadata.name.as_deref().unwrap_or_default(),
-                    parent.qualified_plural()
-                );
-            }
+        let parent = &definitions[0].family.parent;
+        let taken = self.running.iter().find(|((k, _), r)| {
+            *k == COMPOSITE && r.contexts.iter().any(|c| same_type(&c.definition.family.parent, parent))
+        });
+        if let Some(((_, other), _)) = taken {
+            bail!(
+                "cannot run {} {:?}: CompositeController {other:?} already reconciles {}; each parent type may have \
+                 one CompositeController",
+                key.0,
+                key.1,
+                parent.qualified_plural()
+            );
         }
         Ok(Some(definitions))
     }
@@ -161,6 +182,7 @@ impl State<'_> {
     /// Stops the controller object `key` runs, if it runs, and waits for its work in flight.
     async fn stop(&mut self, key: &Key) {
         self.failed.remove(key);
+        self.defining.remove(key);
         let Some(running) = self.running.remove(key) else { return };
         let _ = running.stop.send(true);
         match running.task.await {
@@ -174,6 +196,27 @@ impl State<'_> {
         }
         tracing::info!(controller = key.1, "stopped {} {:?}", key.0, key.1);
     }
+}
+
+/// The definitions `object` runs; `None` for an RGD being deleted, which runs nothing.
+async fn define(
+    conn: &Connection,
+    writer: &Writer,
+    kind: &'static str,
+    object: &DynamicObject,
+) -> Result<Option<Vec<Definition>>> {
+    if kind == rgd::KIND {
+        return match rgd::define(conn, object, writer).await {
+            Ok(Outcome::Run(definition)) => Ok(Some(vec![*definition])),
+            Ok(Outcome::Deleted) => Ok(None),
+            Err(why) => Err(anyhow!(
+                "cannot run ResourceGraphDefinition {:?}: {why}",
+                object.metadata.name.as_deref().unwrap_or_default()
+            )),
+        };
+    }
+    let parsed = from_value(serde_json::to_value(object)?)?;
+    Ok(Some(from_object(conn, &parsed).await?))
 }
 
 fn same_type(a: &Resolved, b: &Resolved) -> bool {
@@ -259,7 +302,16 @@ impl Fleet {
             follow(kind, api, &mut events);
         }
         let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
-        let mut state = State { conn, fleet: &self, serving, hub, running: HashMap::new(), failed: HashMap::new() };
+        let mut state = State {
+            conn,
+            fleet: &self,
+            serving,
+            hub,
+            running: HashMap::new(),
+            failed: HashMap::new(),
+            defining: HashMap::new(),
+            defined: JoinSet::new(),
+        };
         let mut listing: HashMap<&'static str, HashSet<String>> = HashMap::new();
         let mut listed: HashSet<&'static str> = HashSet::new();
         let mut retry = tokio::time::interval(RETRY);
@@ -268,6 +320,10 @@ impl Fleet {
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
+                Some(defined) = state.defined.join_next(), if !state.defined.is_empty() => match defined {
+                    Ok(defined) => state.finish(defined),
+                    Err(err) => tracing::warn!("making a controller object into a controller stopped abruptly: {err}"),
+                },
                 _ = retry.tick() => {
                     if !missing.is_empty() && let Ok((found, still)) = served_apis(conn, &missing).await {
                         for (kind, api) in found {
@@ -300,6 +356,7 @@ impl Fleet {
                             .running
                             .keys()
                             .chain(state.failed.keys())
+                            .chain(state.defining.keys())
                             .filter(|(k, name)| *k == kind && !seen.contains(name))
                             .cloned()
                             .collect();

@@ -421,3 +421,58 @@ fn graphs_are_read_from_files() {
         .success();
     drop(run);
 }
+
+/// One RGD whose CRD never becomes Established (its names clash with another CRD's) waits for it in a
+/// task of its own: another RGD applied after it is Active while the first still waits.
+#[test]
+fn a_stuck_graph_does_not_hold_up_another() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-stuck");
+    // A CRD of the group that already claims the stuck RGD's plural as a short name.
+    apply(
+        "default",
+        &json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "graphclaimers.graphs.samplectl.test"},
+            "spec": {"group": "graphs.samplectl.test", "scope": "Namespaced",
+                     "names": {"kind": "GraphClaimer", "plural": "graphclaimers", "shortNames": ["graphstucks"]},
+                     "versions": [{"name": "v1", "served": true, "storage": true,
+                                   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+        }),
+    );
+    let cm = json!([{"id": "cm", "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "${schema.metadata.name}"}}}]);
+    let schema =
+        |kind: &str| json!({"apiVersion": "v1alpha1", "kind": kind, "group": "graphs.samplectl.test", "spec": {}});
+    let (stuck, quick) = ("samplectl-it-stuck".to_owned(), "samplectl-it-quick".to_owned());
+    apply("default", &rgd(&stuck, &ns.0, schema("GraphStuck"), cm.clone()));
+    let run = follow(&ns);
+    std::thread::sleep(Duration::from_secs(2));
+    apply("default", &rgd(&quick, &ns.0, schema("GraphQuick"), cm));
+    let started = std::time::Instant::now();
+    eventually(Duration::from_secs(20), "the second RGD Active while the first waits", || {
+        let object = get("rgd", &quick, None).ok_or("no RGD")?;
+        if object["status"]["state"] == "Active" {
+            Ok(())
+        } else {
+            Err(format!("{}\n{}", object["status"], run.stderr()))
+        }
+    });
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let first = get("rgd", &stuck, None).unwrap();
+    assert_ne!(first["status"]["state"], "Active", "{}", first["status"]);
+    drop(run);
+    for name in [&stuck, &quick] {
+        kubectl(&["delete", "rgd", name, "--wait=false"]).success();
+        let _ = kubectl(&["patch", "rgd", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+    }
+    kubectl(&[
+        "delete",
+        "crd",
+        "graphstucks.graphs.samplectl.test",
+        "graphclaimers.graphs.samplectl.test",
+        "--ignore-not-found",
+        "--wait=false",
+    ])
+    .success();
+}
