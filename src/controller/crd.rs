@@ -111,7 +111,8 @@ fn installed(before: Option<&CustomResourceDefinition>, after: &CustomResourceDe
     Ok(if comparable(before)? == comparable(after)? { Installed::Unchanged } else { Installed::Configured })
 }
 
-async fn wait_established(crds: Api<CustomResourceDefinition>, name: &str, timeout: Duration) -> Result<()> {
+/// Waits until the CRD `name` is Established, or says why not (its names refused, or `timeout` passed).
+pub async fn wait_established(crds: Api<CustomResourceDefinition>, name: &str, timeout: Duration) -> Result<()> {
     // Also stop on NamesAccepted=False: such a CRD never becomes Established, and its message says why.
     let settled = |crd: Option<&CustomResourceDefinition>| {
         crd.is_some_and(|crd| condition(crd, "Established") == Some("True") || names_rejected(crd).is_some())

@@ -69,6 +69,8 @@ struct State<'a> {
     /// for, and the tasks.
     defining: HashMap<Key, Version>,
     defined: JoinSet<Defined>,
+    /// The API each kind followed is read through.
+    apis: HashMap<&'static str, Api<DynamicObject>>,
 }
 
 /// What making one object into definitions came to.
@@ -111,8 +113,9 @@ impl State<'_> {
         self.serving.health.expect_more(1);
         self.defining.insert(key.clone(), now.clone());
         let (conn, writer) = (self.conn.clone(), self.fleet.writer.clone());
+        let api = self.apis[kind].clone();
         self.defined.spawn(async move {
-            let result = define(&conn, &writer, kind, &object).await;
+            let result = define(&conn, &writer, (kind, &api), &object).await;
             (key, now, object, result)
         });
     }
@@ -199,14 +202,15 @@ impl State<'_> {
 }
 
 /// The definitions `object` runs; `None` for an RGD being deleted, which runs nothing.
+/// `api` is the API `object` was read through (an RGD's status is written through it).
 async fn define(
     conn: &Connection,
     writer: &Writer,
-    kind: &'static str,
+    (kind, api): (&'static str, &Api<DynamicObject>),
     object: &DynamicObject,
 ) -> Result<Option<Vec<Definition>>> {
     if kind == rgd::KIND {
-        return match rgd::define(conn, object, writer).await {
+        return match rgd::define(conn, api, object, writer).await {
             Ok(Outcome::Run(definition)) => Ok(Some(vec![*definition])),
             Ok(Outcome::Deleted) => Ok(None),
             Err(why) => Err(anyhow!(
@@ -223,17 +227,24 @@ fn same_type(a: &Resolved, b: &Resolved) -> bool {
     a.ar.api_version == b.ar.api_version && a.ar.kind == b.ar.kind
 }
 
-/// The API of each kind of stored controller object the cluster serves and this process may list,
-/// and the kinds it does not (yet).
-async fn served_apis(
-    conn: &Connection,
-    kinds: &[&'static str],
-) -> Result<(Vec<(&'static str, Api<DynamicObject>)>, Vec<&'static str>)> {
+/// Which kinds of stored controller objects this process can follow now.
+struct Served {
+    /// The API of each kind the cluster serves and this process may list.
+    apis: Vec<(&'static str, Api<DynamicObject>)>,
+    /// The kinds it cannot (yet): not installed, or not allowed.
+    missing: Vec<&'static str>,
+    /// The API server's refusal of the first kind not allowed, in kubectl's words.
+    refused: Option<String>,
+}
+
+/// The kinds among `kinds` this process can follow now.
+async fn served_apis(conn: &Connection, kinds: &[&'static str]) -> Result<Served> {
     let mut served = Vec::new();
     let mut missing = Vec::new();
+    let mut refused = None;
     for (kind, api_version, plural) in KINDS.iter().filter(|(k, _, _)| kinds.contains(k)) {
         let gvr = Gvr::parse(&format!("{api_version}/{plural}")).map_err(anyhow::Error::msg)?;
-        let Some(resolved) = resolve_kind_or_none(conn, &gvr).await? else {
+        let Some(resolved) = resolved_or_none(conn, &gvr).await? else {
             missing.push(*kind);
             continue;
         };
@@ -242,11 +253,9 @@ async fn served_apis(
         // as if not installed, rather than holding back the others.
         match api.list_metadata(&ListParams::default().limit(1)).await {
             Err(err) if crate::error::status_code(&err) == Some(403) => {
-                tracing::warn!(
-                    "not following {kind} objects: {}; trying again every {}s",
-                    crate::error::describe(&err),
-                    RETRY.as_secs()
-                );
+                let why = crate::error::describe(&err);
+                tracing::warn!("not following {kind} objects: {why}; trying again every {}s", RETRY.as_secs());
+                refused.get_or_insert(why);
                 missing.push(*kind);
             }
             Err(err) => {
@@ -257,12 +266,12 @@ async fn served_apis(
             Ok(_) => served.push((*kind, api)),
         }
     }
-    Ok((served, missing))
+    Ok(Served { apis: served, missing, refused })
 }
 
 /// The resource `gvr` names, or `None` when the server does not serve it; other failures (the server out
 /// of reach) are errors.
-async fn resolve_kind_or_none(conn: &Connection, gvr: &Gvr) -> Result<Option<Resolved>> {
+async fn resolved_or_none(conn: &Connection, gvr: &Gvr) -> Result<Option<Resolved>> {
     match resolve_gvr(&conn.client, gvr).await {
         Ok(resolved) => Ok(Some(resolved)),
         Err(err) if err.downcast_ref::<UnknownResource>().is_some() => Ok(None),
@@ -282,9 +291,10 @@ impl Fleet {
     /// Runs the cluster's controller objects until `stop`; with `--once`, each parent of each once.
     pub async fn run(self, conn: &Connection, serving: &Serving, mut stop: watch::Receiver<bool>) -> Result<()> {
         let all: Vec<&'static str> = KINDS.iter().map(|(k, _, _)| *k).collect();
-        let (apis, mut missing) = served_apis(conn, &all).await?;
+        let Served { apis, mut missing, refused } = served_apis(conn, &all).await?;
         if apis.is_empty() {
-            bail!(NOTHING_INSTALLED);
+            // Installed but not allowed is said as the API server says it, not as missing.
+            bail!("{}", refused.as_deref().unwrap_or(NOTHING_INSTALLED));
         }
         if self.driving.once {
             return self.once(conn, &apis, serving, stop).await;
@@ -298,6 +308,7 @@ impl Fleet {
         };
         let mut events: Events = futures::stream::SelectAll::new();
         let mut expected = apis.len();
+        let followed: HashMap<&'static str, Api<DynamicObject>> = apis.iter().cloned().collect();
         for (kind, api) in apis {
             follow(kind, api, &mut events);
         }
@@ -311,6 +322,7 @@ impl Fleet {
             failed: HashMap::new(),
             defining: HashMap::new(),
             defined: JoinSet::new(),
+            apis: followed,
         };
         let mut listing: HashMap<&'static str, HashSet<String>> = HashMap::new();
         let mut listed: HashSet<&'static str> = HashSet::new();
@@ -325,13 +337,14 @@ impl Fleet {
                     Err(err) => tracing::warn!("making a controller object into a controller stopped abruptly: {err}"),
                 },
                 _ = retry.tick() => {
-                    if !missing.is_empty() && let Ok((found, still)) = served_apis(conn, &missing).await {
-                        for (kind, api) in found {
+                    if !missing.is_empty() && let Ok(now) = served_apis(conn, &missing).await {
+                        for (kind, api) in now.apis {
                             tracing::info!("{kind} objects are now served; following them");
                             expected += 1;
+                            state.apis.insert(kind, api.clone());
                             follow(kind, api, &mut events);
                         }
-                        missing = still;
+                        missing = now.missing;
                     }
                     let failed: Vec<(Key, DynamicObject)> =
                         state.failed.iter().map(|(k, (_, o))| (k.clone(), o.clone())).collect();
@@ -406,23 +419,8 @@ impl Fleet {
         for (kind, api) in apis {
             for mut object in api.list(&params).await?.items {
                 object.types = Some(TypeMeta { api_version: api_version_of(kind).into(), kind: (*kind).into() });
-                if *kind == rgd::KIND {
-                    match rgd::define(conn, &object, &self.writer).await {
-                        Ok(Outcome::Run(definition)) => definitions.push(*definition),
-                        Ok(Outcome::Deleted) => {}
-                        Err(why) => problems.push(format!(
-                            "cannot run ResourceGraphDefinition {:?}: {why}",
-                            object.metadata.name.as_deref().unwrap_or_default()
-                        )),
-                    }
-                    continue;
-                }
-                let parsed = from_value(serde_json::to_value(&object)?);
-                match parsed {
-                    Ok(parsed) => match from_object(conn, &parsed).await {
-                        Ok(defined) => definitions.extend(defined),
-                        Err(err) => problems.push(format!("{err:#}")),
-                    },
+                match define(conn, &self.writer, (kind, api), &object).await {
+                    Ok(defined) => definitions.extend(defined.into_iter().flatten()),
                     Err(err) => problems.push(format!("{err:#}")),
                 }
             }

@@ -43,6 +43,14 @@ fn get(what: &str, name: &str, ns: Option<&str>) -> Option<Value> {
     (!run.stdout.trim().is_empty()).then(|| serde_json::from_str(&run.stdout).unwrap())
 }
 
+/// Deletes RGDs a test stopped following, their finalizers taken off (nothing runs them any more).
+fn forget_rgds(names: &[&str]) {
+    for name in names {
+        kubectl(&["delete", "rgd", name, "--wait=false", "--ignore-not-found"]).success();
+        let _ = kubectl(&["patch", "rgd", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+    }
+}
+
 fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
     object["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind)
 }
@@ -283,10 +291,25 @@ fn a_broken_graph_is_said_and_a_foreign_object_is_not_taken() {
     assert_eq!(foreign["data"], json!({"mine": "yes"}), "not taken: {taken}");
     assert!(foreign["metadata"].get("ownerReferences").is_none());
     assert!(foreign["metadata"]["labels"].get("kro.run/node-id").is_none());
+
+    // Another RGD defining the same kind may not take the first one's CRD.
+    let twin = "samplectl-it-fine-twin".to_owned();
+    apply("default", &rgd(&twin, &ns.0, schema("GraphFine"), json!([cm("only", "${schema.metadata.name}")])));
+    let refused = eventually(SOON, "the twin RGD refused", || {
+        let object = get("rgd", &twin, None).ok_or("no RGD")?;
+        match condition(&object, "KindReady").is_some_and(|c| c["status"] == "False") {
+            true => Ok(object),
+            false => Err(format!("{}", object["status"])),
+        }
+    });
+    assert_eq!(
+        condition(&refused, "KindReady").unwrap()["message"],
+        format!(
+            "failed to ensure CRD graphfines.graphs.samplectl.test: it belongs to ResourceGraphDefinition \"{fine}\""
+        )
+    );
     drop(run);
-    for name in [&cyclic, &fine] {
-        kubectl(&["delete", "rgd", name, "--wait=false"]).success();
-    }
+    forget_rgds(&[&cyclic, &fine, &twin]);
     kubectl(&["delete", "graphfines.graphs.samplectl.test", "--all", "-n", &ns.0, "--wait=false"]).success();
     for name in ["taken", "free"] {
         let _ = kubectl(&[
@@ -299,9 +322,6 @@ fn a_broken_graph_is_said_and_a_foreign_object_is_not_taken() {
             "-p",
             r#"{"metadata":{"finalizers":null}}"#,
         ]);
-    }
-    for name in [&cyclic, &fine] {
-        let _ = kubectl(&["patch", "rgd", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
     }
 }
 
@@ -462,10 +482,7 @@ fn a_stuck_graph_does_not_hold_up_another() {
     let first = get("rgd", &stuck, None).unwrap();
     assert_ne!(first["status"]["state"], "Active", "{}", first["status"]);
     drop(run);
-    for name in [&stuck, &quick] {
-        kubectl(&["delete", "rgd", name, "--wait=false"]).success();
-        let _ = kubectl(&["patch", "rgd", name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
-    }
+    forget_rgds(&[&stuck, &quick]);
     kubectl(&[
         "delete",
         "crd",
@@ -475,4 +492,25 @@ fn a_stuck_graph_does_not_hold_up_another() {
         "--wait=false",
     ])
     .success();
+}
+
+/// A process that may not list any kind of controller object is told so in the API server's words
+/// (exit 1), not that the APIs are missing.
+#[test]
+fn a_fleet_that_may_list_nothing_says_it_is_forbidden() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::support::user_kubeconfig(dir.path(), "fleet-nobody");
+    let run = crate::support::samplectl_bare(&[
+        "--kubeconfig",
+        config.to_str().unwrap(),
+        "reconcile",
+        "--from-cluster",
+        "--once",
+    ]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(run.stderr.contains("Error from server (Forbidden)"), "{run:#?}");
+    assert!(run.stderr.contains("User \"fleet-nobody\" cannot list resource"), "{run:#?}");
+    assert!(!run.stderr.contains("are installed in this cluster"), "{run:#?}");
 }

@@ -8,14 +8,13 @@
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr, resolve_kind};
 use crate::cluster::scope;
-use crate::controller::engine::{Definition, Writer};
+use crate::controller::engine::{Definition, Writer, now};
 use crate::controller::rules::children::{Family, Update};
 use crate::controller::rules::finalizer::Finalizer;
 use crate::controller::rules::graph::conditions::{Condition, Conditions};
@@ -45,10 +44,6 @@ pub enum Outcome {
     Deleted,
 }
 
-fn now() -> String {
-    Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH).to_string()
-}
-
 fn refused_write(writer: &Writer) -> Result<(), String> {
     match writer.fence.open() {
         true => Ok(()),
@@ -58,8 +53,13 @@ fn refused_write(writer: &Writer) -> Result<(), String> {
 
 /// Runs one RGD as kro's RGD controller would, writing its finalizer, instance CRD and status. An error
 /// is what stops it (also written in its status, where it can be) and is tried again by the caller.
-pub async fn define(conn: &Connection, rgd: &DynamicObject, writer: &Writer) -> Result<Outcome, String> {
-    let api = rgd_api(conn).await?;
+/// `api` is the API the RGD was read through.
+pub async fn define(
+    conn: &Connection,
+    api: &Api<DynamicObject>,
+    rgd: &DynamicObject,
+    writer: &Writer,
+) -> Result<Outcome, String> {
     let name = rgd.metadata.name.clone().unwrap_or_default();
     let finalizers = rgd.metadata.finalizers.clone().unwrap_or_default();
     if rgd.metadata.deletion_timestamp.is_some() {
@@ -149,12 +149,6 @@ pub async fn from_manifest(conn: &Connection, rgd: &Value) -> Result<Definition,
     let now = now();
     let mut conditions = Conditions::read(Vec::new(), DEPENDENTS, &[], (1, false), &now, &now);
     run(conn, &object, rgd, &mut conditions, 1).await.map(|(_, definition)| definition)
-}
-
-async fn rgd_api(conn: &Connection) -> Result<Api<DynamicObject>, String> {
-    let gvr = Gvr::parse(&format!("{API_VERSION}/{PLURAL}"))?;
-    let resolved = resolve_gvr(&conn.client, &gvr).await.map_err(|e| crate::error::describe_any(&e))?;
-    Ok(scope::dynamic(conn.client.clone(), &resolved.ar, None))
 }
 
 /// Everything after the finalizer: the graph, its types, the CRD, the definition; each step marks its
@@ -296,23 +290,9 @@ async fn ensure_crd(conn: &Connection, graph: &Graph, rgd_name: &str, rgd_uid: &
             }
         }
     }
-    let established = async {
-        loop {
-            if let Ok(Some(crd)) = crds.get_opt(&crd_name).await
-                && crd
-                    .status
-                    .iter()
-                    .flat_map(|s| s.conditions.iter().flatten())
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
-    };
-    tokio::time::timeout(ESTABLISH_LIMIT, established)
+    crate::controller::crd::wait_established(crds, &crd_name, ESTABLISH_LIMIT)
         .await
-        .map_err(|_| format!("CRD {crd_name} was not Established within {}s", ESTABLISH_LIMIT.as_secs()))
+        .map_err(|e| format!("CRD {crd_name} is not ready: {}", crate::error::describe_any(&e)))
 }
 
 /// Whether the stored CRD says something the desired one does not: its spec's names, scope and

@@ -137,7 +137,8 @@ fn place(parent: &DynamicObject) -> (String, String) {
     (parent.metadata.namespace.clone().unwrap_or_default(), parent.metadata.name.clone().unwrap_or_default())
 }
 
-fn now() -> String {
+/// Now, in RFC 3339 to the second, as conditions are stamped.
+pub fn now() -> String {
     Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH).to_string()
 }
 

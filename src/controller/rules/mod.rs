@@ -18,6 +18,25 @@ pub mod selector;
 pub mod shard;
 pub mod status;
 
+/// JSON as Go's `encoding/json` writes it (metacontroller's revision names and kro's `json.marshal`
+/// depend on it): compact, keys sorted (serde_json's maps are), and `<`, `>`, `&`, U+2028 and U+2029
+/// escaped (they only occur inside strings).
+pub fn go_json(value: &serde_json::Value) -> String {
+    let text = serde_json::to_string(value).unwrap_or_default();
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// samplectl's name as a field manager, on every write it makes.
 pub const FIELD_MANAGER: &str = "samplectl";
 

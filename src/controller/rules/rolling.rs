@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use sha1::{Digest, Sha1};
 
 use super::children::{ChildKey, Observed, satisfies};
+use super::go_json;
 
 /// The condition a rollout reports in the parent's status.
 pub const UPDATED: &str = "Updated";
@@ -382,24 +383,6 @@ pub fn revision_name(plural: &str, group: &str, parent_uid: &str, patch: &Value)
     hasher.update(go_json(patch).as_bytes());
     let digest: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
     format!("{prefix}-{digest}")
-}
-
-/// JSON as Go's encoder writes it: keys sorted (serde_json's maps are), and `<`, `>`, `&`, U+2028 and
-/// U+2029 escaped.
-fn go_json(value: &Value) -> String {
-    let text = serde_json::to_string(value).unwrap_or_default();
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

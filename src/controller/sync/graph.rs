@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use super::{Answer, Inputs, RelatedObjects};
+use super::{Answer, Inputs, RelatedObjects, without_managed_fields};
 use crate::controller::rules::graph::cel::Scope;
 use crate::controller::rules::graph::expr;
 use crate::controller::rules::graph::instance::{Origin, decide};
@@ -33,19 +33,11 @@ pub struct GraphSync {
     pub external: Vec<ExternalType>,
 }
 
-fn value_of(object: &DynamicObject) -> Value {
-    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
-    if let Some(meta) = value["metadata"].as_object_mut() {
-        meta.remove("managedFields");
-    }
-    value
-}
-
 /// A string of an external reference, its expressions (reading the instance only) evaluated.
 fn rendered(text: &str, schema: &Value) -> Option<String> {
     match expr::template(text).ok()? {
         None => Some(text.to_owned()),
-        Some(template) => match (Scope { variables: vec![("schema", schema)] }).render(&template).ok()? {
+        Some(template) => match Scope::new(vec![("schema", schema)]).render(&template).ok()? {
             Value::String(s) => Some(s),
             other => Some(other.to_string()),
         },
@@ -64,7 +56,7 @@ impl GraphSync {
     }
 
     fn rules(&self, parent: &DynamicObject) -> Vec<(&ExternalType, RelatedRule)> {
-        let schema = value_of(parent);
+        let schema = without_managed_fields(parent);
         let instance_namespace = parent.metadata.namespace.clone().unwrap_or_default();
         self.external
             .iter()
@@ -100,8 +92,8 @@ impl GraphSync {
 
     /// What the instance should be, given what the engine observed.
     pub fn call(&self, inputs: Inputs<'_>, now: &str) -> Answer {
-        let instance = value_of(inputs.parent);
-        let children: Vec<Value> = inputs.children.values().map(value_of).collect();
+        let instance = without_managed_fields(inputs.parent);
+        let children: Vec<Value> = inputs.children.values().map(without_managed_fields).collect();
         let external = self.external_objects(inputs.parent, inputs.related);
         let decision = decide(&self.graph, &self.origin, &instance, &children, &external, inputs.finalizing, now);
         Answer {
@@ -131,7 +123,7 @@ impl GraphSync {
                     let empty = Default::default();
                     rule.label_selector.as_ref().is_none_or(|s| s.matches(o.metadata.labels.as_ref().unwrap_or(&empty)))
                 })
-                .map(value_of)
+                .map(without_managed_fields)
                 .collect();
             found.insert(t.id.clone(), selected);
         }

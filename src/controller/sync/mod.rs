@@ -168,7 +168,8 @@ fn display(parent: &DynamicObject) -> String {
     }
 }
 
-fn without_managed_fields(object: &DynamicObject) -> Value {
+/// An object as a sync is given it: JSON, without its managed fields.
+pub(crate) fn without_managed_fields(object: &DynamicObject) -> Value {
     let mut object = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(metadata) = object["metadata"].as_object_mut() {
         metadata.remove("managedFields");

@@ -15,6 +15,7 @@ use md5::Digest as _;
 use serde_json::Value;
 use sha2::Sha256;
 
+use super::super::go_json;
 use super::expr::{Piece, Template};
 
 /// Why an expression has no value.
@@ -95,24 +96,6 @@ pub fn to_cel(value: &Value) -> cel::Value {
     }
 }
 
-/// JSON as Go's `encoding/json` writes it: keys sorted (serde_json's maps are), no spaces, and `<`, `>`,
-/// `&`, U+2028 and U+2029 escaped (they only occur inside strings).
-fn go_json(value: &Value) -> String {
-    let text = serde_json::to_string(value).unwrap_or_default();
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// `this.merge(other)`: `other`'s entries over `this`'s; `deep`ly, maps under the same key are merged
 /// the same way.
 fn merged(this: &cel::Value, other: &cel::Value, deep: bool) -> Result<cel::Value, ExecutionError> {
@@ -136,78 +119,88 @@ fn pending(err: &ExecutionError) -> bool {
         || ["no such key", "no such field", "no such attribute", "index out of bounds"].iter().any(|s| text.contains(s))
 }
 
-/// The variables an expression may read: `schema` (the instance) and each resource observed, by id.
+/// The variables an expression may read (`schema`, the instance, and each resource observed, by id),
+/// made into CEL values once for all the expressions evaluated with them.
 pub struct Scope<'a> {
     pub variables: Vec<(&'a str, &'a Value)>,
+    context: Context<'static, 'static>,
 }
 
-impl Scope<'_> {
-    fn context(&self) -> Result<Context<'static, 'static>, Unresolved> {
-        let mut context = Context::with_env(ENV.clone());
-        let failed = |e: cel::DeclarationError| Unresolved::Failed(e.to_string());
-        context
-            .add_function("random.seededString", |n: i64, seed: Arc<String>| {
-                seeded_string(n, &seed)
-                    .map(|s| cel::Value::String(Arc::new(s)))
-                    .map_err(|e| ExecutionError::function_error("random.seededString", e))
-            })
-            .map_err(failed)?;
-        context
-            .add_function("random.seededInt", |min: i64, max: i64, seed: Arc<String>| {
-                seeded_int(min, max, &seed)
-                    .map(cel::Value::Int)
-                    .map_err(|e| ExecutionError::function_error("random.seededInt", e))
-            })
-            .map_err(failed)?;
-        context
-            .add_function("json.unmarshal", |text: Arc<String>| {
-                serde_json::from_str::<Value>(&text).map(|v| to_cel(&v)).map_err(|e| {
-                    ExecutionError::function_error("json.unmarshal", format!("json.unmarshal failed: {e}"))
-                })
-            })
-            .map_err(failed)?;
-        context
-            .add_function("json.marshal", |value: cel::Value| {
-                value.json().map(|v| cel::Value::String(Arc::new(go_json(&v)))).map_err(|e| {
-                    ExecutionError::function_error("json.marshal", format!("json.marshal failed to convert value: {e}"))
-                })
-            })
-            .map_err(failed)?;
-        context
-            .add_function("hash.fnv64a", |text: Arc<String>| -> cel::Value {
-                use std::hash::Hasher;
-                let mut hasher = fnv::FnvHasher::default();
-                hasher.write(text.as_bytes());
-                cel::Value::Bytes(Arc::new(hasher.finish().to_be_bytes().to_vec()))
-            })
-            .map_err(failed)?;
-        context
-            .add_function("hash.sha256", |text: Arc<String>| -> cel::Value {
-                cel::Value::Bytes(Arc::new(Sha256::digest(text.as_bytes()).to_vec()))
-            })
-            .map_err(failed)?;
-        context
-            .add_function("hash.md5", |text: Arc<String>| -> cel::Value {
-                cel::Value::Bytes(Arc::new(md5::Md5::digest(text.as_bytes()).to_vec()))
-            })
-            .map_err(failed)?;
-        context
-            .add_function("merge", |This(this): This<cel::Value>, other: cel::Value| merged(&this, &other, false))
-            .map_err(failed)?;
-        context
-            .add_function("deepMerge", |This(this): This<cel::Value>, other: cel::Value| merged(&this, &other, true))
-            .map_err(failed)?;
-        for (name, value) in &self.variables {
+impl<'a> Scope<'a> {
+    pub fn new(variables: Vec<(&'a str, &'a Value)>) -> Self {
+        let mut context = kro_context();
+        for (name, value) in &variables {
             context.add_variable_from_value(*name, to_cel(value));
         }
-        Ok(context)
+        Scope { variables, context }
     }
+}
 
+/// A context with kro's functions, and no variables yet.
+fn kro_context() -> Context<'static, 'static> {
+    let mut context = Context::with_env(ENV.clone());
+    context
+        .add_function("random.seededString", |n: i64, seed: Arc<String>| {
+            seeded_string(n, &seed)
+                .map(|s| cel::Value::String(Arc::new(s)))
+                .map_err(|e| ExecutionError::function_error("random.seededString", e))
+        })
+        .expect(DISTINCT);
+    context
+        .add_function("random.seededInt", |min: i64, max: i64, seed: Arc<String>| {
+            seeded_int(min, max, &seed)
+                .map(cel::Value::Int)
+                .map_err(|e| ExecutionError::function_error("random.seededInt", e))
+        })
+        .expect(DISTINCT);
+    context
+        .add_function("json.unmarshal", |text: Arc<String>| {
+            serde_json::from_str::<Value>(&text)
+                .map(|v| to_cel(&v))
+                .map_err(|e| ExecutionError::function_error("json.unmarshal", format!("json.unmarshal failed: {e}")))
+        })
+        .expect(DISTINCT);
+    context
+        .add_function("json.marshal", |value: cel::Value| {
+            value.json().map(|v| cel::Value::String(Arc::new(go_json(&v)))).map_err(|e| {
+                ExecutionError::function_error("json.marshal", format!("json.marshal failed to convert value: {e}"))
+            })
+        })
+        .expect(DISTINCT);
+    context
+        .add_function("hash.fnv64a", |text: Arc<String>| -> cel::Value {
+            use std::hash::Hasher;
+            let mut hasher = fnv::FnvHasher::default();
+            hasher.write(text.as_bytes());
+            cel::Value::Bytes(Arc::new(hasher.finish().to_be_bytes().to_vec()))
+        })
+        .expect(DISTINCT);
+    context
+        .add_function("hash.sha256", |text: Arc<String>| -> cel::Value {
+            cel::Value::Bytes(Arc::new(Sha256::digest(text.as_bytes()).to_vec()))
+        })
+        .expect(DISTINCT);
+    context
+        .add_function("hash.md5", |text: Arc<String>| -> cel::Value {
+            cel::Value::Bytes(Arc::new(md5::Md5::digest(text.as_bytes()).to_vec()))
+        })
+        .expect(DISTINCT);
+    context
+        .add_function("merge", |This(this): This<cel::Value>, other: cel::Value| merged(&this, &other, false))
+        .expect(DISTINCT);
+    context
+        .add_function("deepMerge", |This(this): This<cel::Value>, other: cel::Value| merged(&this, &other, true))
+        .expect(DISTINCT);
+    context
+}
+
+const DISTINCT: &str = "kro's functions have names of their own";
+
+impl Scope<'_> {
     /// The value of one expression, as JSON.
     pub fn evaluate(&self, expression: &str) -> Result<Value, Unresolved> {
         let program = ENV.compile(expression).map_err(|e| Unresolved::Failed(e.to_string()))?;
-        let context = self.context()?;
-        let value = program.execute(&context).map_err(|e| match pending(&e) {
+        let value = program.execute(&self.context).map_err(|e| match pending(&e) {
             true => Unresolved::Pending(e.to_string()),
             false => Unresolved::Failed(e.to_string()),
         })?;
@@ -262,7 +255,7 @@ mod tests {
         let instance =
             json!({"metadata": {"name": "demo", "uid": "u-1"}, "spec": {"replicas": 3, "names": ["a", "b"]}});
         let config = json!({"data": {"KEY": "v"}});
-        let scope = Scope { variables: vec![("schema", &instance), ("config", &config)] };
+        let scope = Scope::new(vec![("schema", &instance), ("config", &config)]);
         assert_eq!(scope.evaluate("schema.spec.replicas + 1").unwrap(), json!(4));
         assert_eq!(scope.evaluate("schema.spec.names.join(\",\")").unwrap(), json!("a,b"));
         assert_eq!(scope.evaluate("config.?data.MISSING.orValue(\"none\")").unwrap(), json!("none"));
@@ -291,7 +284,7 @@ mod tests {
     #[test]
     fn kros_json_hash_and_maps_libraries() {
         let instance = json!({"spec": {"labels": {"a": "1", "b": "2"}, "doc": "{\"x\": [1, 2], \"y\": \"<&>\"}"}});
-        let scope = Scope { variables: vec![("schema", &instance)] };
+        let scope = Scope::new(vec![("schema", &instance)]);
         assert_eq!(scope.evaluate("json.unmarshal(schema.spec.doc).x[1]").unwrap(), json!(2));
         // As Go's encoding/json writes it: keys sorted, HTML characters escaped.
         assert_eq!(

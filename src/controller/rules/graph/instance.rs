@@ -67,9 +67,6 @@ fn schema_of(instance: &Value) -> Value {
     let mut schema = instance.clone();
     if let Some(fields) = schema.as_object_mut() {
         fields.remove("status");
-        if let Some(meta) = fields.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
-        }
     }
     schema
 }
@@ -107,7 +104,8 @@ fn observed_of<'a>(children: &'a [Value], node: &Node) -> Vec<&'a Value> {
     children.iter().filter(|c| c["metadata"]["labels"][NODE_ID_LABEL].as_str() == Some(node.id.as_str())).collect()
 }
 
-/// A child as it should be kept while its resource waits: as observed, without what the server sets.
+/// A child as it should be kept while its resource waits: as observed, without its status (the engine
+/// drops the other fields only the server sets).
 fn kept(observed: &Value) -> Value {
     let mut body = observed.clone();
     if let Some(fields) = body.as_object_mut() {
@@ -138,7 +136,7 @@ pub fn decide(
     conditions.set_true("InstanceManaged", "Managed", "instance is properly managed with finalizers and labels");
 
     if deleting {
-        return delete_in_waves(graph, instance, children, conditions);
+        return delete_in_waves(graph, children, conditions);
     }
     conditions.set_true("GraphResolved", "Resolved", "runtime graph created and all resources resolved");
     if is_suspended(instance) {
@@ -148,7 +146,7 @@ pub fn decide(
             &format!("reconciliation suspended via {RECONCILE_ANNOTATION} annotation"),
         );
         let kept_children = children.iter().map(kept).collect();
-        let status = status(instance, conditions, "IN_PROGRESS", Map::new());
+        let status = status(conditions, "IN_PROGRESS", Map::new());
         return Decision { children: kept_children, status, labels, finalized: false };
     }
 
@@ -200,7 +198,7 @@ pub fn decide(
     // there yet is left out.
     let mut variables: Vec<(&str, &Value)> = vec![("schema", &schema)];
     variables.extend(values.iter().map(|(k, v)| (k.as_str(), v)));
-    let scope = Scope { variables };
+    let scope = Scope::new(variables);
     let mut fields = Value::Object(Map::new());
     for (path, template) in &graph.status {
         if let Ok(value) = scope.render(template) {
@@ -220,7 +218,7 @@ pub fn decide(
         Value::Object(map) => map,
         _ => Map::new(),
     };
-    let status = status(instance, conditions, state, fields);
+    let status = status(conditions, state, fields);
     Decision { children: desired, status, labels, finalized: false }
 }
 
@@ -252,7 +250,7 @@ fn walk_node(
     }
     let mut variables: Vec<(&str, &Value)> = vec![("schema", schema)];
     variables.extend(values.iter().map(|(k, v)| (k.as_str(), v)));
-    let scope = Scope { variables };
+    let scope = Scope::new(variables);
     for condition in &node.include_when {
         match scope.evaluate(condition) {
             Ok(Value::Bool(true)) => {}
@@ -327,7 +325,7 @@ fn mark(body: &mut Value, graph: &Graph, instance: &Value, node: &Node, origin: 
 
 /// Whether an observed resource passes its readyWhen (each one with the resource bound to its id).
 fn ready(id: &str, node: &Node, value: &Value) -> NodeState {
-    let scope = Scope { variables: vec![(id, value)] };
+    let scope = Scope::new(vec![(id, value)]);
     for condition in &node.ready_when {
         match scope.evaluate(condition) {
             Ok(Value::Bool(true)) => {}
@@ -380,7 +378,7 @@ fn collection(
     for (index, combination) in combinations.iter().enumerate() {
         let mut variables = scope.variables.clone();
         variables.extend(dimensions.iter().zip(combination).map(|((name, _), item)| (*name, *item)));
-        let item_scope = Scope { variables };
+        let item_scope = Scope::new(variables);
         let mut body = template.clone();
         for (path, expression) in &node.templates {
             match item_scope.render(expression) {
@@ -415,7 +413,7 @@ fn collection(
 
 /// While the instance is deleted: every child but those of the highest wave still present, so that
 /// the engine deletes that wave; finalized once none is left.
-fn delete_in_waves(graph: &Graph, instance: &Value, children: &[Value], mut conditions: Conditions<'_>) -> Decision {
+fn delete_in_waves(graph: &Graph, children: &[Value], mut conditions: Conditions<'_>) -> Decision {
     let wave_of = |child: &Value| -> usize {
         child["metadata"]["annotations"][APPLY_ORDER_ANNOTATION]
             .as_str()
@@ -429,12 +427,11 @@ fn delete_in_waves(graph: &Graph, instance: &Value, children: &[Value], mut cond
         None => Vec::new(),
     };
     conditions.set_unknown("ResourcesReady", "UnderDeletion", "deleting resources");
-    let status = status(instance, conditions, "DELETING", Map::new());
+    let status = status(conditions, "DELETING", Map::new());
     Decision { children: remaining, status, labels: BTreeMap::new(), finalized: children.is_empty() }
 }
 
-fn status(instance: &Value, conditions: Conditions<'_>, state: &str, fields: Map<String, Value>) -> Value {
-    let _ = instance;
+fn status(conditions: Conditions<'_>, state: &str, fields: Map<String, Value>) -> Value {
     let mut status = fields;
     status.insert("conditions".into(), serde_json::to_value(conditions.into_list()).unwrap_or_default());
     status.insert("state".into(), json!(state));
