@@ -186,6 +186,27 @@ fn a_graph_defines_an_api_and_runs_its_instances() {
     let service = get("service", "shop-config-svc", Some(&ns.0)).unwrap();
     assert_eq!(service["spec"]["ports"][0]["port"], 8080);
     assert_eq!(service["metadata"]["annotations"]["internal.kro.run/apply-order"], "2");
+    // kro's ApplySet: the instance is its parent, listing its children's kinds; the children are part of
+    // it and applied under kro's field manager.
+    let applyset = instance["metadata"]["labels"]["applyset.kubernetes.io/id"].as_str().unwrap_or_default();
+    assert!(applyset.starts_with("applyset-") && applyset.ends_with("-v1"), "{}", instance["metadata"]);
+    for child in [&config, &service] {
+        assert_eq!(child["metadata"]["labels"]["applyset.kubernetes.io/part-of"], applyset);
+        assert_eq!(child["metadata"]["labels"]["app.kubernetes.io/managed-by"], "kro");
+        assert!(child["metadata"].get("ownerReferences").is_none(), "kro's children have none: {child}");
+    }
+    let annotations = &instance["metadata"]["annotations"];
+    assert_eq!(annotations["applyset.kubernetes.io/contains-group-kinds"], "ConfigMap,Service");
+    assert_eq!(annotations["applyset.kubernetes.io/additional-namespaces"], "");
+    assert!(annotations["applyset.kubernetes.io/tooling"].as_str().is_some_and(|t| t.starts_with("kro/")));
+    let managed = kubectl_json(&["get", "configmap", "shop-config", "-n", &ns.0, "--show-managed-fields"]);
+    let managers: Vec<(&str, &str)> = managed["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["manager"].as_str().unwrap(), e["operation"].as_str().unwrap()))
+        .collect();
+    assert_eq!(managers, [("kro.run/applyset", "Apply")]);
 
     // A spec change reaches the children.
     kubectl(&[
@@ -223,6 +244,72 @@ fn a_graph_defines_an_api_and_runs_its_instances() {
     kubectl(&["delete", "rgd", &name, "--wait=true", "--timeout=30s"]).success();
     assert!(get("crd", "graphwebapps.graphs.samplectl.test", None).is_some(), "the CRD is kept");
     drop(run);
+}
+
+/// A cluster moving from kro: an instance's children that kro made (kro's labels naming the instance's
+/// uid, no owner reference) are taken as the instance's and brought to what the graph wants, not
+/// reported as someone else's; an object kro made for another instance is still not taken.
+#[test]
+fn children_kro_made_are_taken_over() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-from-kro");
+    let name = "samplectl-it-from-kro".to_owned();
+    let schema = json!({"apiVersion": "v1alpha1", "kind": "GraphFromKro", "group": "graphs.samplectl.test",
+                        "spec": {"colour": "string | default=\"blue\""}});
+    let resources = json!([{"id": "config", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "${schema.metadata.name}-config"}, "data": {"colour": "${schema.spec.colour}"}}}]);
+    apply("default", &rgd(&name, &ns.0, schema, resources));
+    let run = follow(&ns);
+    eventually(SOON, "the RGD Active", || {
+        let object = get("rgd", &name, None).ok_or("no RGD")?;
+        if object["status"]["state"] == "Active" { Ok(()) } else { Err(format!("{}", object["status"])) }
+    });
+    drop(run);
+
+    // While nothing runs: two instances, and the ConfigMaps kro would have made for them, out of date.
+    let resource = "graphfromkroes.graphs.samplectl.test";
+    for instance in ["moved", "other"] {
+        apply(
+            &ns.0,
+            &json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphFromKro", "metadata": {"name": instance}}),
+        );
+    }
+    let uid =
+        |instance: &str| get(resource, instance, Some(&ns.0)).unwrap()["metadata"]["uid"].as_str().unwrap().to_owned();
+    let kro_made = |config: &str, owner: &str, owner_uid: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": config, "labels": {
+            "app.kubernetes.io/managed-by": "kro", "kro.run/owned": "true", "kro.run/kro-version": "v0.9.4",
+            "kro.run/instance-id": owner_uid, "kro.run/instance-name": owner, "kro.run/instance-namespace": ns.0,
+            "kro.run/instance-kind": "GraphFromKro", "kro.run/instance-group": "graphs.samplectl.test",
+            "kro.run/instance-version": "v1alpha1", "kro.run/node-id": "config"}},
+            "data": {"colour": "red"}})
+    };
+    apply(&ns.0, &kro_made("moved-config", "moved", &uid("moved")));
+    // Made by kro for an earlier instance of the name "other" (another uid): the new one does not take it.
+    apply(&ns.0, &kro_made("other-config", "other", "0d0f3c6e-7a4e-4f8e-9d65-000000000000"));
+
+    let run = follow(&ns);
+    eventually(SOON, "moved ACTIVE with its ConfigMap brought up to date", || {
+        let instance = get(resource, "moved", Some(&ns.0)).ok_or("no instance")?;
+        let config = get("configmap", "moved-config", Some(&ns.0)).ok_or("no ConfigMap")?;
+        match (instance["status"]["state"].as_str(), config["data"]["colour"].as_str()) {
+            (Some("ACTIVE"), Some("blue")) => Ok(()),
+            _ => Err(format!("{}\n{}\n{}", instance["status"], config["data"], run.stderr())),
+        }
+    });
+    let other = eventually(SOON, "other told its ConfigMap is not its own", || {
+        let instance = get(resource, "other", Some(&ns.0)).ok_or("no instance")?;
+        match condition(&instance, "Ready").is_some_and(|c| c["status"] == "False") {
+            true => Ok(instance),
+            false => Err(format!("{}", instance["status"])),
+        }
+    });
+    let foreign = get("configmap", "other-config", Some(&ns.0)).unwrap();
+    assert_eq!(foreign["data"]["colour"], "red", "not taken: {other}");
+    assert_eq!(foreign["metadata"]["labels"]["kro.run/instance-id"], "0d0f3c6e-7a4e-4f8e-9d65-000000000000");
+    drop(run);
+    forget_rgds(&[&name]);
 }
 
 /// A graph with a cycle is refused in its status, with kro's reason and the cycle named, while another
@@ -365,7 +452,7 @@ fn children_in_other_namespaces_and_cluster_scoped_ones_are_owned_by_label() {
     for child in [&config, &role] {
         assert!(child["metadata"].get("ownerReferences").is_none(), "{child}");
         assert_eq!(child["metadata"]["labels"]["kro.run/instance-namespace"], ns.0.as_str());
-        assert_eq!(child["metadata"]["labels"]["app.kubernetes.io/managed-by"], "samplectl");
+        assert_eq!(child["metadata"]["labels"]["app.kubernetes.io/managed-by"], "kro");
     }
     assert_eq!(config["data"]["from"], ns.0.as_str());
     // Found again: a hand edit is put back, without a second object.

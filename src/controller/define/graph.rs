@@ -5,6 +5,7 @@
 //! out is an engine `Definition` for the instances, with the graph as its sync. An RGD being deleted
 //! loses its finalizer and runs nothing; its CRD and instances stay, as kro leaves them by default.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -170,6 +171,7 @@ async fn run(
     };
     let mut children: Vec<Resolved> = Vec::new();
     let mut external = Vec::new();
+    let mut cluster_scoped = BTreeSet::new();
     for node in &graph.nodes {
         let resolved = match resolve_kind(&conn.client, &node.api_version, &node.kind).await {
             Ok(Some(resolved)) => resolved,
@@ -183,6 +185,9 @@ async fn run(
             }
             Err(e) => return Err(crate::error::describe_any(&e)),
         };
+        if !resolved.namespaced {
+            cluster_scoped.insert((resolved.ar.api_version.clone(), resolved.ar.kind.clone()));
+        }
         match &node.source {
             Source::Template(_) => {
                 if !children
@@ -226,7 +231,7 @@ async fn run(
         conditions.set_false("ControllerReady", "FailedToStart", &why);
         return Err(why);
     }
-    let origin = Origin { rgd_name: name.clone(), rgd_uid: uid, version: version_label() };
+    let origin = Origin { rgd_name: name.clone(), rgd_uid: uid, version: version_label(), cluster_scoped };
     let definition = Definition {
         name: name.clone(),
         family,

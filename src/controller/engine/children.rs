@@ -12,7 +12,6 @@ use serde_json::Value;
 
 use super::request::{Failed, bounded};
 use super::{Applied, Context, failure, key, place, uid};
-use crate::controller::rules::FIELD_MANAGER;
 use crate::controller::rules::child_write::{ChildWrite, look_again, next_write, owned_as_applied};
 use crate::controller::rules::children::{ChildKey, Observed, Update, conflict_message, controlled_by};
 use crate::controller::rules::selector::LabelSelector;
@@ -125,6 +124,10 @@ impl Context {
         applied
     }
 
+    fn child_manager(&self) -> &'static str {
+        self.definition.sync.field_managers().0
+    }
+
     /// Makes the fields of a child just created samplectl's applied ones (`rules::child_write::
     /// owned_as_applied`), for a hook's or a graph's children, whose wanted fields change. A failure only means a later apply cannot drop what this create wrote: said in
     /// the log, not a failed reconcile.
@@ -134,7 +137,7 @@ impl Context {
         if matches!(self.definition.sync, crate::controller::sync::Syncer::Sample) {
             return;
         }
-        let Some(patch) = owned_as_applied(created, FIELD_MANAGER) else { return };
+        let Some(patch) = owned_as_applied(created, self.child_manager()) else { return };
         let Ok(patch) = serde_json::from_value::<json_patch::Patch>(patch) else { return };
         let name = created.metadata.name.as_deref().unwrap_or_default();
         let patched = self.send(api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))).await;
@@ -196,7 +199,8 @@ impl Context {
                 ChildWrite::Create => {
                     let object: DynamicObject = serde_json::from_value(desired.clone())
                         .map_err(|err| (format!("writing its {kind}"), Failed::Api(kube::Error::SerdeError(err))))?;
-                    let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
+                    let params =
+                        PostParams { field_manager: Some(self.child_manager().into()), ..PostParams::default() };
                     match self.send(api.create(&params, &object)).await {
                         Ok(created) => {
                             self.own_as_applied(&api, &created).await;
@@ -207,7 +211,7 @@ impl Context {
                 }
                 ChildWrite::Recreate(body) => {
                     let existing = seen.as_ref().expect("a recreate is of an object");
-                    let mut params = PatchParams::apply(FIELD_MANAGER).force();
+                    let mut params = PatchParams::apply(self.child_manager()).force();
                     params.dry_run = true;
                     match self.send(api.patch(&key.name, &params, &Patch::Apply(body))).await {
                         Ok(would_be) if same_object(existing, &would_be) => return left(adopted),
@@ -223,7 +227,7 @@ impl Context {
                     }
                 }
                 ChildWrite::Apply(body) => {
-                    let params = PatchParams::apply(FIELD_MANAGER).force();
+                    let params = PatchParams::apply(self.child_manager()).force();
                     self.send(api.patch(&key.name, &params, &Patch::Apply(body))).await.map(|_| ChildOutcome::Updated)
                 }
             };

@@ -6,7 +6,6 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 
 use super::request::Failed;
 use super::{Context, key};
-use crate::controller::rules::FIELD_MANAGER;
 use crate::controller::rules::decorate::metadata_patch;
 use crate::controller::sync::Answer;
 
@@ -17,7 +16,8 @@ impl Context {
             return Ok(false);
         };
         let name = parent.metadata.name.as_deref().unwrap_or_default();
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
+        let manager = self.definition.sync.field_managers().1;
+        let params = PatchParams { field_manager: Some(manager.into()), ..PatchParams::default() };
         self.send(self.parent_api(parent).patch(name, &params, &Patch::Merge(&patch))).await?;
         let object = key(parent);
         tracing::info!(

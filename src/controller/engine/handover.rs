@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use super::request::bounded;
 use super::{Context, Done, Outcome, ReconcileError, failure, key, uid};
-use crate::controller::rules::children::{ChildKey, Observed, controlled_by, managed_selector};
+use crate::controller::rules::children::{ChildKey, Observed, controlled_by};
 use crate::controller::rules::shard::{Member, PARENT_LABEL, drain_label, read_before_release};
 
 /// How often a member looks again for the children of a parent it holds whatever their member label.
@@ -43,7 +43,7 @@ impl Context {
             return Ok((children, false));
         }
         let mut children = children;
-        let selector = format!("{},{PARENT_LABEL}={parent_uid}", managed_selector());
+        let selector = format!("{},{PARENT_LABEL}={parent_uid}", self.definition.family.managed_selector());
         let namespace = parent.metadata.namespace.clone().unwrap_or_default();
         for (kind, child) in self.definition.family.children.iter().enumerate() {
             let api = self.child_api(kind, &namespace);

@@ -32,9 +32,7 @@ use kube::api::{Api, DynamicObject, TypeMeta};
 use kube::{Client, Resource};
 use serde_json::Value;
 
-use super::rules::children::{
-    Adoption, ChildKey, Family, Marks, Observed, Update, controlled_by, desired_children, managed_selector,
-};
+use super::rules::children::{Adoption, ChildKey, Family, Marks, Observed, Update, controlled_by, desired_children};
 use super::rules::decorate::made_by;
 use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step, gc_finalizing};
 use super::rules::next::{Done, FINALIZE_RECHECK, Outcome, outcome};
@@ -199,10 +197,10 @@ impl Context {
         self.writer.member.as_ref().map(Member::selector).unwrap_or_default()
     }
 
-    /// The label selector of the children this replica's drivers follow: the ones samplectl manages,
-    /// and in a shard ring only those labelled for its member.
+    /// The label selector of the children this replica's drivers follow: the ones samplectl manages (a
+    /// graph's say kro), and in a shard ring only those labelled for its member.
     pub fn child_labels(&self) -> String {
-        let managed = managed_selector();
+        let managed = self.definition.family.managed_selector();
         match &self.writer.member {
             Some(member) => format!("{managed},{}", member.selector()),
             None => managed,

@@ -18,11 +18,9 @@ use crate::cluster::resolve::Resolved;
 
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "samplectl";
-
-/// The label selector for every child samplectl manages.
-pub fn managed_selector() -> String {
-    format!("{MANAGED_BY_LABEL}={MANAGED_BY}")
-}
+/// The managed-by value of a graph's children, kro's: what tools select kro's objects by, and what
+/// kro's children carry when a cluster moves from kro to samplectl.
+pub const MANAGED_BY_KRO: &str = "kro";
 
 /// One child object: its type (an index into the controller's child types), namespace (empty when
 /// cluster-scoped) and name.
@@ -50,9 +48,9 @@ pub type Observed = BTreeMap<ChildKey, DynamicObject>;
 pub struct Family {
     pub parent: Resolved,
     pub children: Vec<Resolved>,
-    /// Children may live where an owner reference cannot reach (another namespace than a namespaced
-    /// parent's, or cluster-scoped below one): those are owned by label instead (`LABEL_OWNER`), as kro
-    /// owns all its children.
+    /// kro's way: every child is owned by kro's instance labels (`OWNER_UID_LABEL` and the others) and
+    /// `app.kubernetes.io/managed-by: kro`, never by an owner reference, so it may live anywhere (another
+    /// namespace than a namespaced parent's, or cluster-scoped below one).
     pub label_owned: bool,
 }
 
@@ -74,7 +72,7 @@ pub struct Controller<'a> {
 }
 
 /// The parent of `parent`'s type that controls `meta`'s object: by controller owner reference, or by
-/// samplectl's managed-by label with the owner labels naming a parent of that type.
+/// the managed-by label with the owner labels naming a parent of that type.
 pub fn controller_of<'a>(meta: &'a ObjectMeta, parent: &Resolved) -> Option<Controller<'a>> {
     let by_reference = meta
         .owner_references
@@ -95,12 +93,14 @@ pub fn controller_of<'a>(meta: &'a ObjectMeta, parent: &Resolved) -> Option<Cont
     })
 }
 
+/// Whether the managed-by label says samplectl, or kro (whose children name their instance's uid,
+/// which no other parent has).
 fn managed(meta: &ObjectMeta) -> bool {
-    meta.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_some_and(|v| v == MANAGED_BY)
+    meta.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_some_and(|v| v == MANAGED_BY || v == MANAGED_BY_KRO)
 }
 
 /// Whether the object `meta` describes is controlled by the parent with this uid: its controller owner
-/// reference, or samplectl's managed-by label with the owner uid label.
+/// reference, or the managed-by label with the owner uid label.
 pub fn controlled_by(meta: &ObjectMeta, parent_uid: &str) -> bool {
     meta.owner_references.iter().flatten().any(|r| r.controller == Some(true) && r.uid == parent_uid)
         || (managed(meta)
@@ -108,6 +108,16 @@ pub fn controlled_by(meta: &ObjectMeta, parent_uid: &str) -> bool {
 }
 
 impl Family {
+    /// The managed-by value this family's children carry.
+    pub fn managed_by(&self) -> &'static str {
+        if self.label_owned { MANAGED_BY_KRO } else { MANAGED_BY }
+    }
+
+    /// The label selector for every child of this family's kind of controller.
+    pub fn managed_selector(&self) -> String {
+        format!("{MANAGED_BY_LABEL}={}", self.managed_by())
+    }
+
     /// The key of an object of child type `kind`.
     pub fn key(&self, kind: usize, meta: &ObjectMeta) -> ChildKey {
         ChildKey {
@@ -212,7 +222,7 @@ impl Family {
         let Some(labels) = labels.as_object_mut() else {
             return Err(format!("child {what}: metadata.labels is not an object"));
         };
-        labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+        labels.insert(MANAGED_BY_LABEL.into(), self.managed_by().into());
         // Owner references a hook gives are kept, but only samplectl names the controller.
         let mut owners: Vec<Value> = metadata
             .get("ownerReferences")
@@ -223,9 +233,9 @@ impl Family {
             .cloned()
             .collect();
         // An owner reference reaches a child in the parent's namespace, or any child of a cluster-scoped
-        // parent; the others are owned by their labels alone.
+        // parent; the others, and all of a graph's (as kro writes them), are owned by their labels.
         let reachable = !self.parent.namespaced || (self.children[kind].namespaced && namespace == parent_ns);
-        if reachable {
+        if reachable && !self.label_owned {
             owners.push(json!({
                 "apiVersion": self.parent.ar.api_version,
                 "kind": self.parent.ar.kind,
@@ -238,7 +248,9 @@ impl Family {
             let labels = metadata["labels"].as_object_mut().expect("made an object above");
             labels.insert(OWNER_UID_LABEL.into(), parent.metadata.uid.clone().unwrap_or_default().into());
             labels.insert(OWNER_NAME_LABEL.into(), parent.metadata.name.clone().unwrap_or_default().into());
-            labels.insert(OWNER_NAMESPACE_LABEL.into(), parent_ns.clone().into());
+            if self.parent.namespaced {
+                labels.insert(OWNER_NAMESPACE_LABEL.into(), parent_ns.clone().into());
+            }
             labels.insert(OWNER_KIND_LABEL.into(), self.parent.ar.kind.clone().into());
             labels.insert(OWNER_GROUP_LABEL.into(), self.parent.ar.group.clone().into());
         }
@@ -441,8 +453,7 @@ pub fn conflict_message(
     family: &Family,
 ) -> String {
     let controller = existing.owner_references.iter().flatten().find(|r| r.controller == Some(true));
-    let labelled =
-        existing.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(MANAGED_BY);
+    let labelled = managed(existing);
     let parent_kind = &family.parent.ar.kind;
     let parent_name = parent.metadata.name.as_deref().unwrap_or_default();
     match controller {
@@ -509,10 +520,10 @@ mod tests {
         .unwrap()
     }
 
-    /// A family whose children an owner reference cannot always reach (kro's): those are owned by
-    /// label, found again by those labels, and only with samplectl's managed-by label.
+    /// kro's family, whose children an owner reference cannot always reach: all of them are owned by
+    /// label, found again by those labels, and only with a managed-by label.
     #[test]
-    fn children_out_of_an_owner_references_reach_are_owned_by_label() {
+    fn a_graphs_children_are_owned_by_label() {
         let mut family = family(true);
         family.label_owned = true;
         assert_eq!(family.mismatch(), None, "a cluster-scoped child type is fine");
@@ -524,6 +535,7 @@ mod tests {
         assert!(elsewhere["metadata"].get("ownerReferences").is_none(), "{elsewhere}");
         assert_eq!(elsewhere["metadata"]["labels"][OWNER_UID_LABEL], "uid-w");
         assert_eq!(elsewhere["metadata"]["labels"][OWNER_NAMESPACE_LABEL], "a");
+        assert_eq!(elsewhere["metadata"]["labels"][MANAGED_BY_LABEL], MANAGED_BY_KRO);
         let meta: ObjectMeta = serde_json::from_value(elsewhere["metadata"].clone()).unwrap();
         assert!(controlled_by(&meta, "uid-w") && !controlled_by(&meta, "uid-x"));
         let controller = controller_of(&meta, &family.parent).unwrap();
@@ -534,7 +546,8 @@ mod tests {
 
         let (_, here) =
             family.own(&w, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})).unwrap();
-        assert_eq!(here["metadata"]["ownerReferences"][0]["uid"], "uid-w", "in its namespace: by reference");
+        assert!(here["metadata"].get("ownerReferences").is_none(), "in its namespace too, as kro: {here}");
+        assert_eq!(here["metadata"]["labels"][OWNER_UID_LABEL], "uid-w");
         let (key, cluster) = family
             .own(&w, &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}}))
             .unwrap();

@@ -100,7 +100,7 @@ impl GraphSync {
             status: Some(decision.status),
             children: decision.children,
             labels: decision.labels,
-            annotations: Default::default(),
+            annotations: decision.annotations,
             resync_after: None,
             finalized: decision.finalized,
         }

@@ -17,8 +17,10 @@ use std::time::Duration;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
+use crate::controller::rules::FIELD_MANAGER;
 pub use crate::controller::rules::Version;
 use crate::controller::rules::children::{Family, Observed};
+use crate::controller::rules::graph::applyset;
 use crate::controller::rules::related::{RelatedRule, object_key};
 use crate::controller::rules::status::Style;
 use hook::Hook;
@@ -90,6 +92,16 @@ impl Syncer {
                 let sync = hooks.finalize.iter().map(|f| f.timeout).fold(hooks.sync.timeout, Duration::max);
                 sync + hooks.customize.as_ref().map_or(Duration::ZERO, |c| c.timeout)
             }
+        }
+    }
+
+    /// The field managers its writes are made under: the children's, and the parent's labels and
+    /// annotations'. A graph's are kro's, so that a cluster moving between kro and samplectl keeps one
+    /// owner per field and an apply can still drop what the other wrote.
+    pub fn field_managers(&self) -> (&'static str, &'static str) {
+        match self {
+            Syncer::Graph(_) => (applyset::CHILD_MANAGER, applyset::PARENT_MANAGER),
+            Syncer::Sample | Syncer::Hook(_) => (FIELD_MANAGER, FIELD_MANAGER),
         }
     }
 

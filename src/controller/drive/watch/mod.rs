@@ -39,7 +39,7 @@ use crate::controller::drive::conclude;
 use crate::controller::drive::owners::{Owners, observed, take_in};
 use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::Context;
-use crate::controller::rules::children::{Family, MANAGED_BY, MANAGED_BY_LABEL, Observed};
+use crate::controller::rules::children::{Family, MANAGED_BY_LABEL, Observed};
 use hub::Hub;
 use once::Once;
 use queue::{Lane, Queue};
@@ -129,7 +129,7 @@ impl Watch {
     /// that appears or goes away where a parent's child would be changes whether that parent is blocked.
     fn other_objects(&self, kind: usize, parents: &Cache<DynamicObject>) -> Triggers {
         let (ctx, family, parents) = (self.ctx.clone(), self.ctx.definition.family.clone(), parents.clone());
-        let unlabelled = format!("{MANAGED_BY_LABEL}!={MANAGED_BY}");
+        let unlabelled = format!("{MANAGED_BY_LABEL}!={}", family.managed_by());
         let events = self.hub.metadata(&family.children[kind].ar, self.child_namespace(kind), &unlabelled);
         triggers(events, move |seen| match seen {
             Seen::Applied(meta) | Seen::Deleted(meta) => Self::blocked(&ctx, &family, kind, &meta.metadata),

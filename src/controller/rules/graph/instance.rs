@@ -6,10 +6,11 @@
 //! data is not there yet leaves the resource waiting, and a child that exists stays as it is meanwhile.
 //! While the instance is deleted, its children go in waves, the last applied first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value, json};
 
+use super::applyset::{self, Inventory};
 use super::cel::{Scope, Unresolved};
 use super::conditions::Conditions;
 use super::rgd::{Graph, Node, Source};
@@ -21,12 +22,30 @@ pub const APPLY_ORDER_ANNOTATION: &str = "internal.kro.run/apply-order";
 pub const RECONCILE_ANNOTATION: &str = "kro.run/reconcile";
 const DEPENDENTS: &[&str] = &["InstanceManaged", "GraphResolved", "ResourcesReady"];
 
-/// The RGD an instance belongs to, and the version samplectl writes in kro's version label.
+/// The RGD an instance belongs to, the version samplectl writes in kro's version label, and which of
+/// its resources' kinds (apiVersion, kind) are cluster-scoped, as discovery says.
 #[derive(Debug, Clone)]
 pub struct Origin {
     pub rgd_name: String,
     pub rgd_uid: String,
     pub version: String,
+    pub cluster_scoped: BTreeSet<(String, String)>,
+}
+
+impl Origin {
+    /// The ApplySet tooling annotation: kro refuses a parent whose tooling is not `kro/...`, so the
+    /// graph's instances stay kro's to take back.
+    fn tooling(&self) -> String {
+        format!("kro/{}", self.version)
+    }
+
+    fn namespaced(&self, object: &Value) -> bool {
+        let key = (
+            object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+            object["kind"].as_str().unwrap_or_default().to_owned(),
+        );
+        !self.cluster_scoped.contains(&key)
+    }
 }
 
 /// What an instance should be given what was observed.
@@ -38,6 +57,8 @@ pub struct Decision {
     pub status: Value,
     /// Labels for the instance itself.
     pub labels: BTreeMap<String, Option<String>>,
+    /// Annotations for the instance itself: its ApplySet inventory.
+    pub annotations: BTreeMap<String, Option<String>>,
     /// While deleting: every child is gone.
     pub finalized: bool,
 }
@@ -71,14 +92,40 @@ fn schema_of(instance: &Value) -> Value {
     schema
 }
 
+/// The instance's ApplySet id.
+fn applyset_id(graph: &Graph, instance: &Value) -> String {
+    let meta = &instance["metadata"];
+    let (name, namespace) = (meta["name"].as_str().unwrap_or_default(), meta["namespace"].as_str().unwrap_or_default());
+    applyset::id(name, namespace, &graph.api.kind, &graph.api.group)
+}
+
 /// kro's labels on the instance itself.
-fn instance_labels(origin: &Origin) -> BTreeMap<String, Option<String>> {
+fn instance_labels(graph: &Graph, instance: &Value, origin: &Origin) -> BTreeMap<String, Option<String>> {
     BTreeMap::from([
         ("kro.run/owned".to_owned(), Some("true".to_owned())),
         ("kro.run/kro-version".to_owned(), Some(origin.version.clone())),
         ("kro.run/resource-graph-definition-id".to_owned(), Some(origin.rgd_uid.clone())),
         ("kro.run/resource-graph-definition-name".to_owned(), Some(origin.rgd_name.clone())),
+        (applyset::ID_LABEL.to_owned(), Some(applyset_id(graph, instance))),
     ])
+}
+
+/// The instance's ApplySet inventory: what its children span, those it should have and those it
+/// still has (kro keeps the kinds of children not yet pruned too).
+fn inventory(
+    graph: &Graph,
+    instance: &Value,
+    origin: &Origin,
+    desired: &[Value],
+    children: &[Value],
+) -> BTreeMap<String, Option<String>> {
+    let parent_namespace = instance["metadata"]["namespace"].as_str().unwrap_or_default();
+    let mut inventory = Inventory::default();
+    for child in desired.iter().chain(children) {
+        inventory.add_object(child, origin.namespaced(child), parent_namespace);
+    }
+    let id = applyset_id(graph, instance);
+    inventory.annotations(&id, &origin.tooling()).into_iter().map(|(k, v)| (k.to_owned(), Some(v))).collect()
 }
 
 /// kro's labels on a child of `node`.
@@ -96,6 +143,7 @@ fn child_labels(graph: &Graph, instance: &Value, node: &Node, origin: &Origin) -
         labels.insert("kro.run/instance-namespace".into(), meta["namespace"].clone());
     }
     labels.insert(NODE_ID_LABEL.into(), json!(node.id));
+    labels.insert(applyset::PART_OF_LABEL.into(), json!(applyset_id(graph, instance)));
     labels
 }
 
@@ -132,7 +180,7 @@ pub fn decide(
     let current = instance["status"]["conditions"].as_array().cloned().unwrap_or_default();
     let current = current.into_iter().filter_map(|c| serde_json::from_value(c).ok()).collect();
     let mut conditions = Conditions::read(current, DEPENDENTS, &[], (generation, deleting), created, now);
-    let labels = instance_labels(origin);
+    let labels = instance_labels(graph, instance, origin);
     conditions.set_true("InstanceManaged", "Managed", "instance is properly managed with finalizers and labels");
 
     if deleting {
@@ -145,9 +193,10 @@ pub fn decide(
             "ReconciliationSuspended",
             &format!("reconciliation suspended via {RECONCILE_ANNOTATION} annotation"),
         );
-        let kept_children = children.iter().map(kept).collect();
+        let kept_children: Vec<Value> = children.iter().map(kept).collect();
         let status = status(conditions, "IN_PROGRESS", Map::new());
-        return Decision { children: kept_children, status, labels, finalized: false };
+        let annotations = inventory(graph, instance, origin, &kept_children, children);
+        return Decision { children: kept_children, status, labels, annotations, finalized: false };
     }
 
     let schema = schema_of(instance);
@@ -219,7 +268,8 @@ pub fn decide(
         _ => Map::new(),
     };
     let status = status(conditions, state, fields);
-    Decision { children: desired, status, labels, finalized: false }
+    let annotations = inventory(graph, instance, origin, &desired, children);
+    Decision { children: desired, status, labels, annotations, finalized: false }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -428,7 +478,9 @@ fn delete_in_waves(graph: &Graph, children: &[Value], mut conditions: Conditions
     };
     conditions.set_unknown("ResourcesReady", "UnderDeletion", "deleting resources");
     let status = status(conditions, "DELETING", Map::new());
-    Decision { children: remaining, status, labels: BTreeMap::new(), finalized: children.is_empty() }
+    // While deleting, the instance's labels and inventory are left as they are.
+    let (labels, annotations) = (BTreeMap::new(), BTreeMap::new());
+    Decision { children: remaining, status, labels, annotations, finalized: children.is_empty() }
 }
 
 fn status(conditions: Conditions<'_>, state: &str, fields: Map<String, Value>) -> Value {
@@ -446,7 +498,12 @@ mod tests {
     const NOW: &str = "2026-01-01T00:00:10Z";
 
     fn origin() -> Origin {
-        Origin { rgd_name: "web".into(), rgd_uid: "rgd-uid".into(), version: "samplectl-test".into() }
+        Origin {
+            rgd_name: "web".into(),
+            rgd_uid: "rgd-uid".into(),
+            version: "samplectl-test".into(),
+            cluster_scoped: BTreeSet::new(),
+        }
     }
 
     fn graph() -> Graph {
@@ -491,6 +548,13 @@ mod tests {
         assert_eq!(deployment["metadata"]["annotations"][APPLY_ORDER_ANNOTATION], "1");
         assert_eq!(decision.status["state"], "IN_PROGRESS");
         assert_eq!(decision.labels["kro.run/resource-graph-definition-name"], Some("web".into()));
+        // The instance is the parent of an ApplySet its children are part of, listing their kinds.
+        let id = applyset::id("demo", "ns", "WebApp", "kro.run");
+        assert_eq!(decision.labels[applyset::ID_LABEL], Some(id.clone()));
+        assert_eq!(deployment["metadata"]["labels"][applyset::PART_OF_LABEL], json!(id));
+        assert_eq!(decision.annotations[applyset::GROUP_KINDS_ANNOTATION], Some("Deployment.apps".into()));
+        assert_eq!(decision.annotations[applyset::NAMESPACES_ANNOTATION], Some(String::new()));
+        assert_eq!(decision.annotations[applyset::TOOLING_ANNOTATION], Some("kro/samplectl-test".into()));
         let kinds: Vec<&str> =
             decision.status["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["InstanceManaged", "GraphResolved", "ResourcesReady", "Ready"]);

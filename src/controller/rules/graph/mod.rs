@@ -1,6 +1,7 @@
 //! kro's ResourceGraphDefinitions, decided without a cluster: the instance API's schema from SimpleSchema,
 //! the CRD kro would generate for it, the resource graph and its order, and the conditions kro reports.
 
+pub mod applyset;
 pub mod cel;
 pub mod conditions;
 pub mod dag;
