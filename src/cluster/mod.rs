@@ -6,6 +6,7 @@
 pub mod changes;
 pub mod client;
 pub mod deadline;
+pub mod openapi;
 pub mod read;
 pub mod requests;
 pub mod resolve;

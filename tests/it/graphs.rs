@@ -99,7 +99,7 @@ fn a_graph_defines_an_api_and_runs_its_instances() {
         "kind": "GraphWebApp",
         "group": "graphs.samplectl.test",
         "spec": {"port": "integer | default=8080", "greeting": "string | default=\"hello\""},
-        "status": {"configName": "${config.metadata.name}"},
+        "status": {"configName": "${config.metadata.name}", "servicePort": "${service.spec.ports[0].port}"},
     });
     let resources = json!([
         {"id": "service", "template": {
@@ -111,6 +111,9 @@ fn a_graph_defines_an_api_and_runs_its_instances() {
             "metadata": {"name": "${schema.metadata.name}-config"},
             "data": {"greeting": "${schema.spec.greeting}", "port": "${string(schema.spec.port)}"}}},
     ]);
+    // The CRD outlives its RGD: one an earlier run made (maybe of an earlier schema) goes first, so that
+    // this run's is made once, at generation 1.
+    kubectl(&["delete", "crd", "graphwebapps.graphs.samplectl.test", "--ignore-not-found"]).success();
     apply("default", &rgd(&name, &ns.0, schema, resources));
     let run = follow(&ns);
 
@@ -134,6 +137,10 @@ fn a_graph_defines_an_api_and_runs_its_instances() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(columns, ["State", "Ready", "Age"]);
+    // The status fields typed as kro infers them, from the Service's OpenAPI schema.
+    let status = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+    assert_eq!(status["configName"], json!({"type": "string"}));
+    assert_eq!(status["servicePort"], json!({"type": "integer"}));
 
     apply(
         &ns.0,
@@ -172,6 +179,7 @@ fn a_graph_defines_an_api_and_runs_its_instances() {
         ]
     );
     assert_eq!(instance["status"]["configName"], "shop-config");
+    assert_eq!(instance["status"]["servicePort"], 8080);
     assert_eq!(instance["metadata"]["labels"]["kro.run/owned"], "true");
     assert_eq!(instance["metadata"]["finalizers"], json!(["kro.run/finalizer"]));
     assert_eq!(instance["metadata"]["generation"], 1, "the instance's spec is never written");

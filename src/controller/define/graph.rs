@@ -5,7 +5,7 @@
 //! out is an engine `Definition` for the instances, with the graph as its sync. An RGD being deleted
 //! loses its finalizer and runs nothing; its CRD and instances stay, as kro leaves them by default.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -13,12 +13,14 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::cluster::client::Connection;
+use crate::cluster::openapi;
 use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr, resolve_kind};
 use crate::cluster::scope;
 use crate::controller::engine::{Definition, Writer, now};
 use crate::controller::rules::children::{Family, Update};
 use crate::controller::rules::finalizer::Finalizer;
 use crate::controller::rules::graph::conditions::{Condition, Conditions};
+use crate::controller::rules::graph::expr;
 use crate::controller::rules::graph::instance::{FINALIZER, Origin};
 use crate::controller::rules::graph::rgd::{self, Graph, Source};
 use crate::controller::rules::selector::ParentSelector;
@@ -152,6 +154,39 @@ pub async fn from_manifest(conn: &Connection, rgd: &Value) -> Result<Definition,
     run(conn, &object, rgd, &mut conditions, 1).await.map(|(_, definition)| definition)
 }
 
+/// Declares the instance's status fields with the types kro infers (`rgd::type_status`), from the
+/// OpenAPI schemas of the resources the status reads. Without them (an API server that publishes no
+/// OpenAPI v3), the fields stay open, as they are before typing.
+async fn type_status(conn: &Connection, graph: &mut Graph, types: &[(String, String, String)]) {
+    let mut read = BTreeSet::new();
+    for (_, template) in &graph.status {
+        for expression in template.expressions() {
+            read.extend(expr::identifiers(expression).unwrap_or_default());
+        }
+    }
+    let wanted: Vec<(String, String)> = types
+        .iter()
+        .filter(|(id, _, _)| read.contains(id))
+        .map(|(_, api_version, kind)| (api_version.clone(), kind.clone()))
+        .collect();
+    match openapi::kind_schemas(&conn.client, &wanted).await {
+        Ok(found) => {
+            let by_id: HashMap<String, Value> = types
+                .iter()
+                .filter_map(|(id, api_version, kind)| {
+                    Some((id.clone(), found.kinds.get(&(api_version.clone(), kind.clone()))?.clone()))
+                })
+                .collect();
+            rgd::type_status(graph, &by_id, &found.object_meta);
+        }
+        Err(e) => tracing::warn!(
+            "the status fields of kind {} stay untyped: no OpenAPI schemas: {}",
+            graph.api.kind,
+            crate::error::describe(&e)
+        ),
+    }
+}
+
 /// Everything after the finalizer: the graph, its types, the CRD, the definition; each step marks its
 /// condition.
 async fn run(
@@ -161,7 +196,7 @@ async fn run(
     conditions: &mut Conditions<'_>,
     revision: i64,
 ) -> Result<(Graph, Definition), String> {
-    let graph = match rgd::build(object) {
+    let mut graph = match rgd::build(object) {
         Ok(graph) => graph,
         Err(why) => {
             conditions.set_false("GraphAccepted", "InvalidResourceGraph", &why);
@@ -172,6 +207,7 @@ async fn run(
     let mut children: Vec<Resolved> = Vec::new();
     let mut external = Vec::new();
     let mut cluster_scoped = BTreeSet::new();
+    let mut read_types = Vec::new();
     for node in &graph.nodes {
         let resolved = match resolve_kind(&conn.client, &node.api_version, &node.kind).await {
             Ok(Some(resolved)) => resolved,
@@ -188,6 +224,7 @@ async fn run(
         if !resolved.namespaced {
             cluster_scoped.insert((resolved.ar.api_version.clone(), resolved.ar.kind.clone()));
         }
+        read_types.push((node.id.clone(), resolved.ar.api_version.clone(), resolved.ar.kind.clone()));
         match &node.source {
             Source::Template(_) => {
                 if !children
@@ -206,6 +243,7 @@ async fn run(
             }),
         }
     }
+    type_status(conn, &mut graph, &read_types).await;
     conditions.set_true("GraphAccepted", "Valid", "resource graph and schema are valid");
     conditions.set_true("GraphRevisionsResolved", "Resolved", &format!("revision {revision} compiled and active"));
 

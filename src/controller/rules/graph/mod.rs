@@ -10,3 +10,4 @@ pub mod instance;
 pub mod plural;
 pub mod rgd;
 pub mod schema;
+pub mod types;

@@ -13,6 +13,7 @@ use super::dag::Dag;
 use super::expr::{self, Path, Step, Template};
 use super::plural::pluralize;
 use super::schema::spec_schema;
+use super::types::{self, Ty};
 
 pub const DEFAULT_GROUP: &str = "kro.run";
 
@@ -435,7 +436,36 @@ fn check_ready_when(node: &Node) -> Result<(), String> {
 
 /// The status fields and their expressions; `conditions` is the author's own list and is left out.
 fn status_templates(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Vec<(Path, Template)>, String> {
+    status_fields(status, ids).map_err(|e| format!("failed to build instance status schema: {e}"))
+}
+
+/// How Go's `%T` names the type of a JSON value kro decoded (with encoding/json: every number a float64).
+fn go_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "<nil>",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "float64",
+        Value::String(_) => "string",
+        Value::Array(_) => "[]interface {}",
+        Value::Object(_) => "map[string]interface {}",
+    }
+}
+
+fn status_fields(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Vec<(Path, Template)>, String> {
     let Some(Value::Object(fields)) = status else { return Ok(Vec::new()) };
+    // The author's conditions: a list of expressions, each giving a condition.
+    if let Some(conditions) = fields.get("conditions") {
+        let block = |e: String| format!("failed to extract conditions block: {e}");
+        let Some(list) = conditions.as_array() else {
+            return Err(block(format!("status.conditions must be a list, got {}", go_type(conditions))));
+        };
+        if let Some((i, item)) = list.iter().enumerate().find(|(_, item)| !item.is_string()) {
+            return Err(block(format!(
+                "status.conditions[{i}] must be a CEL expression string, got {}",
+                go_type(item)
+            )));
+        }
+    }
     let mut plain = Map::new();
     for (key, value) in fields {
         if key != "conditions" {
@@ -448,7 +478,8 @@ fn status_templates(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Ve
     leaves(&Value::Object(plain), String::new(), &mut without);
     let literal: Vec<&String> = without.iter().filter(|p| !found.iter().any(|(f, _)| f.to_string() == **p)).collect();
     if !literal.is_empty() {
-        return Err(format!("status fields without expressions are not supported: {literal:?}"));
+        let listed: Vec<&str> = literal.iter().map(|p| p.as_str()).collect();
+        return Err(format!("status fields without expressions are not supported: [{}]", listed.join(" ")));
     }
     for (path, template) in &found {
         for expression in template.expressions() {
@@ -474,10 +505,9 @@ fn leaves(value: &Value, path: String, into: &mut Vec<String>) {
     }
 }
 
-/// The instance CRD kro generates: one served version with a status subresource, kro's default printer
-/// columns unless the RGD gives its own, `spec` from SimpleSchema, and a `status` with kro's `state` and
-/// `conditions` beside the RGD's own fields.
-fn crd(api: &InstanceApi, schema: &Value, spec: Value, status: &[(Path, Template)]) -> Value {
+/// The properties of the instance's status: the RGD's fields typed by `field_type`, with kro's `state`
+/// and `conditions`.
+fn status_schema(status: &[(Path, Template)], field_type: impl Fn(&Template) -> Value) -> Map<String, Value> {
     let mut status_properties = Map::new();
     for (path, template) in status {
         let fields: Vec<&str> = path
@@ -494,7 +524,7 @@ fn crd(api: &InstanceApi, schema: &Value, spec: Value, status: &[(Path, Template
             let entry = at.entry((*part).to_owned()).or_insert_with(|| json!({"type": "object", "properties": {}}));
             at = entry["properties"].as_object_mut().expect("an object schema");
         }
-        at.insert((*last).to_owned(), status_field_type(template));
+        at.insert((*last).to_owned(), field_type(template));
     }
     status_properties.entry("state").or_insert_with(|| json!({"type": "string"}));
     status_properties.entry("conditions").or_insert_with(|| {
@@ -506,6 +536,44 @@ fn crd(api: &InstanceApi, schema: &Value, spec: Value, status: &[(Path, Template
             "lastTransitionTime": {"type": "string"},
             "observedGeneration": {"type": "integer"},
         }}})
+    });
+    status_properties
+}
+
+/// Declares the instance CRD's status fields with the types kro infers for their expressions, given
+/// the OpenAPI schema (refs inlined) of each resource they read, by id, and of ObjectMeta. A resource
+/// whose schema is not given reads as `dyn`.
+pub fn type_status(graph: &mut Graph, resources: &HashMap<String, Value>, object_meta: &Value) {
+    let root = &graph.crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let mut instance = root.clone();
+    instance["properties"]["metadata"] = object_meta.clone();
+    let mut vars: HashMap<String, Ty> = HashMap::from([("schema".to_owned(), types::of_schema(&instance))]);
+    for node in &graph.nodes {
+        let Some(schema) = resources.get(&node.id) else { continue };
+        let mut object = schema.clone();
+        if object.get("properties").is_some_and(Value::is_object) {
+            object["properties"]["metadata"] = object_meta.clone();
+        }
+        let ty = types::of_schema(&object);
+        vars.insert(node.id.clone(), if node.is_collection() { Ty::List(Box::new(ty)) } else { ty });
+    }
+    let properties = status_schema(&graph.status, |template| match template {
+        Template::Joined(_) => json!({"type": "string"}),
+        Template::Whole(expression) => types::to_schema(&types::infer(expression, &vars)),
+    });
+    graph.crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"] =
+        Value::Object(properties);
+}
+
+/// The instance CRD kro generates: one served version with a status subresource, kro's default printer
+/// columns unless the RGD gives its own, `spec` from SimpleSchema, and a `status` with kro's `state` and
+/// `conditions` beside the RGD's own fields.
+fn crd(api: &InstanceApi, schema: &Value, spec: Value, status: &[(Path, Template)]) -> Value {
+    let status_properties = status_schema(status, |template| match template {
+        // A field joined from text is a string; until the types of what an expression reads are known
+        // (`type_status`), a whole expression keeps whatever it gives.
+        Template::Joined(_) => json!({"type": "string"}),
+        Template::Whole(_) => json!({"x-kubernetes-preserve-unknown-fields": true}),
     });
     let columns = match schema.get("additionalPrinterColumns").and_then(Value::as_array) {
         Some(columns) if !columns.is_empty() => Value::Array(columns.clone()),
@@ -559,15 +627,6 @@ fn crd(api: &InstanceApi, schema: &Value, spec: Value, status: &[(Path, Template
             }],
         },
     })
-}
-
-/// A status field's schema. kro infers it from the expression's CEL type; until expressions are type
-/// checked here, a field joined from text is a string and any other keeps whatever it is given.
-fn status_field_type(template: &Template) -> Value {
-    match template {
-        Template::Joined(_) => json!({"type": "string"}),
-        Template::Whole(_) => json!({"x-kubernetes-preserve-unknown-fields": true}),
-    }
 }
 
 /// `status.resources` of an RGD: each resource that depends on another, with its dependencies.
@@ -690,7 +749,43 @@ mod tests {
         with_status["spec"]["schema"]["status"] = json!({"fixed": "hello"});
         assert_eq!(
             build(&with_status).unwrap_err(),
-            "status fields without expressions are not supported: [\"fixed\"]"
+            "failed to build instance status schema: status fields without expressions are not supported: [fixed]"
         );
+        with_status["spec"]["schema"]["status"] = json!({"conditions": "${deployment.status.conditions}"});
+        assert_eq!(
+            build(&with_status).unwrap_err(),
+            "failed to build instance status schema: failed to extract conditions block: status.conditions must be \
+             a list, got string"
+        );
+        with_status["spec"]["schema"]["status"] = json!({"conditions": ["${x}", 3]});
+        assert!(
+            build(&with_status)
+                .unwrap_err()
+                .ends_with("status.conditions[1] must be a CEL expression string, got float64")
+        );
+    }
+
+    /// Status fields typed from what their expressions read, as kro declares them.
+    #[test]
+    fn status_fields_are_typed_from_the_schemas_they_read() {
+        let mut with_status = rgd(json!([deployment("deployment", "x")]));
+        with_status["spec"]["schema"]["status"] = json!({
+            "available": "${deployment.status.availableReplicas}",
+            "ready": "${deployment.status.availableReplicas > 0}",
+            "name": "${schema.metadata.name}",
+            "open": "${deployment.spec.whatever}",
+        });
+        let mut graph = build(&with_status).unwrap();
+        let deployment = json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {}},
+            "status": {"type": "object", "properties": {"availableReplicas": {"type": "integer", "format": "int32"}}}}});
+        let meta = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        type_status(&mut graph, &HashMap::from([("deployment".to_owned(), deployment)]), &meta);
+        let status = &graph.crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+        assert_eq!(status["properties"]["available"], json!({"type": "integer"}));
+        assert_eq!(status["properties"]["ready"], json!({"type": "boolean"}));
+        assert_eq!(status["properties"]["name"], json!({"type": "string"}));
+        assert_eq!(status["properties"]["open"], json!({"x-kubernetes-preserve-unknown-fields": true}));
+        assert_eq!(status["properties"]["state"], json!({"type": "string"}));
     }
 }
