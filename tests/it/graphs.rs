@@ -320,6 +320,64 @@ fn children_kro_made_are_taken_over() {
     forget_rgds(&[&name]);
 }
 
+/// kro's compatibility check: a change to the RGD that would break stored instances (a field retyped)
+/// leaves the CRD as it is and says so in KindReady, in kro's words, until the RGD allows breaking
+/// changes; a change that breaks nothing (a field added) is written.
+#[test]
+fn a_breaking_change_to_the_crd_waits_for_kros_annotation() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-compat");
+    let name = "samplectl-it-compat".to_owned();
+    let crd_name = "graphcompats.graphs.samplectl.test";
+    kubectl(&["delete", "crd", crd_name, "--ignore-not-found"]).success();
+    let schema = |spec: Value| json!({"apiVersion": "v1alpha1", "kind": "GraphCompat", "group": "graphs.samplectl.test", "spec": spec});
+    let resources = json!([{"id": "note", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "${schema.metadata.name}"}, "data": {"size": "${string(schema.spec.size)}"}}}]);
+    apply("default", &rgd(&name, &ns.0, schema(json!({"size": "string"})), resources.clone()));
+    let run = follow(&ns);
+    let kind_ready = |generation: i64| {
+        eventually(SOON, "the RGD's KindReady for its generation", || {
+            let object = get("rgd", &name, None).ok_or("no RGD")?;
+            let kind = condition(&object, "KindReady").ok_or("no KindReady")?;
+            match kind["observedGeneration"] == generation {
+                true => Ok(kind.clone()),
+                false => Err(format!("{}\n{}", object["status"], run.stderr())),
+            }
+        })
+    };
+    assert_eq!(kind_ready(1)["status"], "True");
+    let field = || {
+        let crd = kubectl_json(&["get", "crd", crd_name]);
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].clone()
+    };
+
+    // Retyped: refused, the CRD left as it was.
+    apply("default", &rgd(&name, &ns.0, schema(json!({"size": "integer"})), resources.clone()));
+    let refused = kind_ready(2);
+    assert_eq!(
+        (refused["status"].as_str(), refused["message"].as_str()),
+        (
+            Some("False"),
+            Some(
+                "cannot update CRD graphcompats.graphs.samplectl.test: breaking changes detected: Type changed from \
+                 string to integer"
+            )
+        )
+    );
+    assert_eq!(field()["size"]["type"], "string");
+
+    // Allowed: written.
+    let mut allowed = rgd(&name, &ns.0, schema(json!({"size": "integer", "colour": "string"})), resources);
+    allowed["metadata"]["annotations"] = json!({"kro.run/allow-breaking-changes": "true"});
+    apply("default", &allowed);
+    assert_eq!(kind_ready(3)["status"], "True");
+    assert_eq!(field()["size"]["type"], "integer");
+    assert_eq!(field()["colour"]["type"], "string");
+    drop(run);
+    forget_rgds(&[&name]);
+}
+
 /// A graph with a cycle is refused in its status, with kro's reason and the cycle named, while another
 /// RGD of the same controller runs; an object of a wanted name that is not the instance's is left alone.
 #[test]
@@ -400,7 +458,7 @@ fn a_broken_graph_is_said_and_a_foreign_object_is_not_taken() {
     assert_eq!(
         condition(&refused, "KindReady").unwrap()["message"],
         format!(
-            "failed to ensure CRD graphfines.graphs.samplectl.test: it belongs to ResourceGraphDefinition \"{fine}\""
+            "failed to update CRD graphfines.graphs.samplectl.test: CRD is owned by another ResourceGraphDefinition {fine}"
         )
     );
     drop(run);

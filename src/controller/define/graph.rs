@@ -19,6 +19,7 @@ use crate::cluster::scope;
 use crate::controller::engine::{Definition, Writer, now};
 use crate::controller::rules::children::{Family, Update};
 use crate::controller::rules::finalizer::Finalizer;
+use crate::controller::rules::graph::compat;
 use crate::controller::rules::graph::conditions::{Condition, Conditions};
 use crate::controller::rules::graph::expr;
 use crate::controller::rules::graph::instance::{FINALIZER, Origin};
@@ -249,7 +250,13 @@ async fn run(
 
     let name = rgd.metadata.name.clone().unwrap_or_default();
     let uid = rgd.metadata.uid.clone().unwrap_or_default();
-    if let Err(why) = ensure_crd(conn, &graph, &name, &uid).await {
+    let allow_breaking = rgd
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(compat::ALLOW_BREAKING_ANNOTATION))
+        .is_some_and(|v| v == "true");
+    if let Err(why) = ensure_crd(conn, &graph, &name, &uid, allow_breaking).await {
         conditions.set_false("KindReady", "Failed", &why);
         return Err(why);
     }
@@ -291,7 +298,13 @@ async fn run(
 /// Creates the instance CRD when it is missing; otherwise updates it only when it differs from what the
 /// RGD says, and refuses one kro (or samplectl) does not own or another RGD does. Waits for it to be
 /// Established.
-async fn ensure_crd(conn: &Connection, graph: &Graph, rgd_name: &str, rgd_uid: &str) -> Result<(), String> {
+async fn ensure_crd(
+    conn: &Connection,
+    graph: &Graph,
+    rgd_name: &str,
+    rgd_uid: &str,
+    allow_breaking: bool,
+) -> Result<(), String> {
     let crds: Api<CustomResourceDefinition> = scope::cluster(conn.client.clone());
     let crd_name = graph.api.crd_name();
     let mut desired = graph.crd.clone();
@@ -315,16 +328,22 @@ async fn ensure_crd(conn: &Connection, graph: &Graph, rgd_name: &str, rgd_uid: &
             let owned =
                 existing.metadata.labels.as_ref().and_then(|l| l.get("kro.run/owned")).is_some_and(|v| v == "true");
             if !owned {
-                return Err(format!("failed to ensure CRD {crd_name}: it exists and is not owned by kro"));
+                return Err(format!("failed to update CRD {crd_name}: CRD already exists and is not owned by KRO"));
             }
             if owner.is_some_and(|o| o != rgd_name) {
                 return Err(format!(
-                    "failed to ensure CRD {crd_name}: it belongs to ResourceGraphDefinition {:?}",
+                    "failed to update CRD {crd_name}: CRD is owned by another ResourceGraphDefinition {}",
                     owner.cloned().unwrap_or_default()
                 ));
             }
             let current = serde_json::to_value(&existing).unwrap_or(Value::Null);
-            if differs(&current, &desired) {
+            let report = compat::compare_versions(&current["spec"]["versions"], &desired["spec"]["versions"])
+                .map_err(|e| format!("failed to check schema compatibility: {e}"))?;
+            if !report.breaking.is_empty() && !allow_breaking {
+                return Err(format!("cannot update CRD {crd_name}: breaking changes detected: {}", report.summary()));
+            }
+            // As kro: written only when the schema or the names change.
+            if report.has_changes() || current["spec"]["names"] != desired["spec"]["names"] {
                 let patch = json!({"metadata": {"labels": desired["metadata"]["labels"]}, "spec": desired["spec"]});
                 crds.patch(&crd_name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
@@ -336,15 +355,4 @@ async fn ensure_crd(conn: &Connection, graph: &Graph, rgd_name: &str, rgd_uid: &
     crate::controller::crd::wait_established(crds, &crd_name, ESTABLISH_LIMIT)
         .await
         .map_err(|e| format!("CRD {crd_name} is not ready: {}", crate::error::describe_any(&e)))
-}
-
-/// Whether the stored CRD says something the desired one does not: its spec's names, scope and
-/// versions (as the server keeps them, with its defaults filled in), or kro's labels.
-fn differs(current: &Value, desired: &Value) -> bool {
-    let labels_differ = desired["metadata"]["labels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .any(|(k, v)| current["metadata"]["labels"].get(k) != Some(v));
-    labels_differ || !crate::controller::rules::children::satisfies(&current["spec"], &desired["spec"])
 }

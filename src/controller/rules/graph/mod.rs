@@ -3,6 +3,7 @@
 
 pub mod applyset;
 pub mod cel;
+pub mod compat;
 pub mod conditions;
 pub mod dag;
 pub mod expr;
