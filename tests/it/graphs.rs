@@ -593,6 +593,32 @@ fn graphs_are_read_from_files() {
     kubectl(&["delete", "graphfromfiles.graphs.samplectl.test", "n", "-n", &ns.0, "--wait=true", "--timeout=30s"])
         .success();
     drop(run);
+
+    // One pass with --once --watch brings an instance to rest, through a resource that waits for another.
+    let mut dependent = rgd("samplectl-it-file", "file", schema, resources);
+    dependent["spec"]["resources"].as_array_mut().unwrap().push(json!({"id": "echo", "template": {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "${note.metadata.name}-echo"},
+        "data": {"note": "${note.data.note}"}}}));
+    let dependent = write("dependent.yaml", &dependent);
+    let instance =
+        json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphFromFile", "metadata": {"name": "m"}});
+    apply(&ns.0, &instance);
+    let once = samplectl(&["reconcile", "-f", &dependent, "-n", &ns.0, "--once", "--watch"]);
+    assert_eq!(once.code, 0, "{once:#?}");
+    assert_eq!(get("configmap", "m-note-echo", Some(&ns.0)).unwrap()["data"]["note"], "hi");
+    let m = get("graphfromfiles.graphs.samplectl.test", "m", Some(&ns.0)).unwrap();
+    assert_eq!(m["status"]["state"], "ACTIVE", "{}", m["status"]);
+    kubectl(&[
+        "patch",
+        "graphfromfiles.graphs.samplectl.test",
+        "m",
+        "-n",
+        &ns.0,
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ])
+    .success();
 }
 
 /// One RGD whose CRD never becomes Established (its names clash with another CRD's) waits for it in a

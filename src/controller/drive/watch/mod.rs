@@ -286,6 +286,8 @@ struct Ended {
     again: Option<Duration>,
     /// Not Ready, and why (`--once` names it).
     not_ready: Option<String>,
+    /// It wrote something (`--once` looks again at a parent that did and is not Ready).
+    wrote: bool,
 }
 
 /// The queue and the reconciles it starts.
@@ -347,7 +349,7 @@ impl Work {
                     None => triggers_open = false,
                 },
                 Some(ended) = running.join_next_with_id() => {
-                    let Ended { place, again, not_ready } = match ended {
+                    let Ended { place, again, not_ready, wrote } = match ended {
                         Ok((id, ended)) => {
                             running_for.remove(&id);
                             ended
@@ -356,7 +358,8 @@ impl Work {
                         Err(err) => {
                             let Some(place) = running_for.remove(&err.id()) else { continue };
                             tracing::error!("{place}: the reconcile panicked ({err}); retrying in {}s", PANIC_RETRY.as_secs());
-                            Ended { place, again: Some(PANIC_RETRY), not_ready: Some("the reconcile panicked".into()) }
+                            let not_ready = Some("the reconcile panicked".into());
+                            Ended { place, again: Some(PANIC_RETRY), not_ready, wrote: false }
                         }
                     };
                     queue.done(&place);
@@ -364,7 +367,7 @@ impl Work {
                         queue.add_after(place.clone(), after, Instant::now());
                     }
                     if let Some(once) = &once {
-                        once.finished(&place, not_ready);
+                        once.finished(&place, not_ready, wrote);
                     }
                 }
                 () = wake => {}
@@ -384,14 +387,14 @@ impl Work {
 
 /// Reconciles the parent at `place` from the caches, and says when to look at it again.
 async fn reconcile(shared: Arc<Shared>, place: Place) -> Ended {
-    let ended = |again, not_ready| Ended { place: place.clone(), again, not_ready };
+    let ended = |again, not_ready, wrote| Ended { place: place.clone(), again, not_ready, wrote };
     // Deleted after it was triggered: nothing left to do.
-    let Some(parent) = shared.parents.get(&place) else { return ended(None, None) };
+    let Some(parent) = shared.parents.get(&place) else { return ended(None, None, false) };
     let children = shared.children_of(&place);
     let ctx = &shared.ctx;
     let result = ctx.reconcile(&parent, children).await;
     let concluded = conclude(ctx, parent.metadata.uid.as_deref().unwrap_or_default(), &result);
-    ended(concluded.again, concluded.not_ready)
+    ended(concluded.again, concluded.not_ready, result.as_ref().is_ok_and(|done| done.wrote))
 }
 
 /// The triggers from one related type's metadata watch, across the cluster.

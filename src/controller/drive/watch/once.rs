@@ -1,16 +1,23 @@
 //! `--once` with the watch driver: the parents of the first full list are the work, and the driver stops
-//! when each of them has been reconciled once, with the ones that are not Ready and why.
+//! when each of them has been reconciled to where it rests, with the ones that are not Ready and why. A
+//! parent rests once a reconcile finds it Ready, or writes nothing: one that wrote and is not Ready yet
+//! (a graph whose next resource waits for the one just created) is triggered again by its own writes and
+//! looked at again, up to [`PASSES`] times.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use tokio::sync::watch;
 
 use crate::controller::drive::place::Place;
 
+/// The most reconciles `--once` gives one parent.
+pub const PASSES: u32 = 10;
+
 pub struct Once {
-    /// `None` until the parents have been listed.
-    pending: Mutex<Option<HashSet<Place>>>,
+    /// `None` until the parents have been listed; then each parent still to rest, with its reconciles
+    /// so far.
+    pending: Mutex<Option<HashMap<Place, u32>>>,
     not_ready: Mutex<Vec<String>>,
     done: watch::Sender<bool>,
 }
@@ -33,18 +40,25 @@ impl Once {
     pub fn listed(&self, parents: &[Place]) {
         let mut pending = lock(&self.pending);
         if pending.is_none() {
-            *pending = Some(parents.iter().cloned().collect());
+            *pending = Some(parents.iter().map(|p| (p.clone(), 0)).collect());
             if parents.is_empty() {
                 self.done.send_replace(true);
             }
         }
     }
 
-    /// A reconcile of `parent` ended, not Ready for `reason` if given. Only the first one counts.
-    pub fn finished(&self, parent: &Place, not_ready: Option<String>) {
+    /// A reconcile of `parent` ended, not Ready for `reason` if given, having `wrote` or not. The one
+    /// it rests at counts.
+    pub fn finished(&self, parent: &Place, not_ready: Option<String>, wrote: bool) {
         let mut pending = lock(&self.pending);
         let Some(pending) = pending.as_mut() else { return };
-        if let (true, Some(reason)) = (pending.remove(parent), not_ready) {
+        let Some(passes) = pending.get_mut(parent) else { return };
+        *passes += 1;
+        if not_ready.is_some() && wrote && *passes < PASSES {
+            return;
+        }
+        pending.remove(parent);
+        if let Some(reason) = not_ready {
             lock(&self.not_ready).push(format!("{parent} ({reason})"));
         }
         if pending.is_empty() {
@@ -70,15 +84,30 @@ mod tests {
     fn done_once_every_parent_of_the_first_list_is_reconciled() {
         let once = Once::new();
         let done = once.done();
-        once.finished(&parent("early"), Some("before the list".into()));
+        once.finished(&parent("early"), Some("before the list".into()), false);
         once.listed(&[parent("a"), parent("b")]);
         once.listed(&[parent("a"), parent("b"), parent("c")]);
-        once.finished(&parent("a"), Some("Broken".into()));
+        once.finished(&parent("a"), Some("Broken".into()), false);
         assert!(!*done.borrow());
-        once.finished(&parent("a"), None);
-        once.finished(&parent("b"), None);
+        once.finished(&parent("a"), None, false);
+        once.finished(&parent("b"), None, true);
         assert!(*done.borrow());
-        assert_eq!(once.not_ready(), ["ns/a (Broken)"], "only each first reconcile counts");
+        assert_eq!(once.not_ready(), ["ns/a (Broken)"], "a parent at rest counts once");
+    }
+
+    #[test]
+    fn a_parent_that_wrote_and_is_not_ready_is_looked_at_again() {
+        let once = Once::new();
+        let done = once.done();
+        once.listed(&[parent("graph"), parent("stuck")]);
+        once.finished(&parent("graph"), Some("waiting for config".into()), true);
+        once.finished(&parent("graph"), None, true);
+        for _ in 0..PASSES {
+            assert!(!*done.borrow());
+            once.finished(&parent("stuck"), Some("ever changing".into()), true);
+        }
+        assert!(*done.borrow());
+        assert_eq!(once.not_ready(), ["ns/stuck (ever changing)"]);
     }
 
     #[test]

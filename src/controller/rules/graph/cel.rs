@@ -192,6 +192,48 @@ fn kro_context() -> Context<'static, 'static> {
         .add_function("deepMerge", |This(this): This<cel::Value>, other: cel::Value| merged(&this, &other, true))
         .expect(DISTINCT);
     context
+        .add_function("lists.setAtIndex", |list: Arc<Vec<cel::Value>>, index: i64, value: cel::Value| {
+            at_index("lists.setAtIndex", &list, index, false).map(|i| {
+                let mut items = (*list).clone();
+                items[i] = value;
+                cel::Value::List(Arc::new(items))
+            })
+        })
+        .expect(DISTINCT);
+    context
+        .add_function("lists.insertAtIndex", |list: Arc<Vec<cel::Value>>, index: i64, value: cel::Value| {
+            at_index("lists.insertAtIndex", &list, index, true).map(|i| {
+                let mut items = (*list).clone();
+                items.insert(i, value);
+                cel::Value::List(Arc::new(items))
+            })
+        })
+        .expect(DISTINCT);
+    context
+        .add_function("lists.removeAtIndex", |list: Arc<Vec<cel::Value>>, index: i64| {
+            at_index("lists.removeAtIndex", &list, index, false).map(|i| {
+                let mut items = (*list).clone();
+                items.remove(i);
+                cel::Value::List(Arc::new(items))
+            })
+        })
+        .expect(DISTINCT);
+    context
+}
+
+/// `index` as a place in `list` (or, `inserting`, also just past its end), or kro's error.
+fn at_index(function: &str, list: &[cel::Value], index: i64, inserting: bool) -> Result<usize, ExecutionError> {
+    let size = list.len() as i64;
+    let (fits, bounds) = match inserting {
+        true => (index <= size, format!("[0, {size}]")),
+        false => (index < size, format!("[0, {size})")),
+    };
+    match index >= 0 && fits {
+        true => Ok(index as usize),
+        false => {
+            Err(ExecutionError::function_error(function, format!("{function}: index {index} out of bounds {bounds}")))
+        }
+    }
 }
 
 const DISTINCT: &str = "kro's functions have names of their own";
@@ -310,5 +352,10 @@ mod tests {
             scope.evaluate("{'m': {'a': 1, 'b': 2}, 'k': 1}.deepMerge({'m': {'b': 3}})").unwrap(),
             json!({"m": {"a": 1, "b": 3}, "k": 1})
         );
+        assert_eq!(scope.evaluate("lists.setAtIndex([1, 2, 3], 1, 9)").unwrap(), json!([1, 9, 3]));
+        assert_eq!(scope.evaluate("lists.insertAtIndex([1, 2], 2, 9)").unwrap(), json!([1, 2, 9]));
+        assert_eq!(scope.evaluate("lists.removeAtIndex(['a', 'b'], 0)").unwrap(), json!(["b"]));
+        let Err(Unresolved::Failed(why)) = scope.evaluate("lists.setAtIndex([1], 1, 9)") else { panic!() };
+        assert!(why.contains("lists.setAtIndex: index 1 out of bounds [0, 1)"), "{why}");
     }
 }

@@ -201,6 +201,7 @@ fn function(name: &str, namespace: Option<&str>, target: Option<Ty>, args: Vec<T
         (Some("math"), "isNaN" | "isInf" | "isFinite") => Ty::Bool,
         (Some("math"), "abs" | "sign") => first(),
         (Some("strings"), "quote") => Ty::String,
+        (Some("lists"), "setAtIndex" | "insertAtIndex" | "removeAtIndex") => first(),
         (Some(_), _) => Ty::Dyn,
         (None, _) => match name {
             "_==_"
