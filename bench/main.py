@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+import kro
 import metacontroller
 import report
 import scale
@@ -29,6 +30,7 @@ PROFILES = {
         "scale": {"sizes": [10000, 50000, 100000], "peer_sizes": [10000, 50000]},
         "scale_poll": {"sizes": [100000]},
         "sharding": {"size": 20000, "members": [1, 2, 4]},
+        "kro": {"count": 30, "size": 1000, "window": 60, "few": 20, "big_crds": 200},
     },
     "quick": {
         "idle": {"sizes": [100], "window": 15, "windows": 2},
@@ -43,6 +45,7 @@ PROFILES = {
         "scale": {"sizes": [2000], "peer_sizes": [2000]},
         "scale_poll": {"sizes": [2000]},
         "sharding": {"size": 1000, "members": [1, 2]},
+        "kro": {"count": 10, "size": 200, "window": 15, "few": 10, "big_crds": 200},
     },
 }
 
@@ -87,7 +90,7 @@ def main():
     for name in only:
         t0 = time.monotonic()
         log(f"{name} ...")
-        module = {"metacontroller": metacontroller, "scale": scale, "scale_poll": scale, "sharding": sharding}.get(
+        module = {"metacontroller": metacontroller, "kro": kro, "scale": scale, "scale_poll": scale, "sharding": sharding}.get(
             name, scenarios
         )
         results[name] = getattr(module, name.replace("idle", "idle_cost"))(bench, **profile[name], log=log)

@@ -6,7 +6,6 @@ created in a burst, requests per minute once converged, resident memory with ten
 samplectl's built-in Sample sync beside the same controller as a URL hook."""
 
 import concurrent.futures
-import datetime
 import http.server
 import importlib.util
 import json
@@ -18,7 +17,7 @@ import time
 
 from kube import delete_namespace, fresh_namespace, namespaced
 from procs import Proc
-from scenarios import audit_verbs, burst, one_at_a_time
+from scenarios import burst, one_at_a_time, requests_over
 
 HOOK_PORT = 18099
 HOOK_URL = f"http://127.0.0.1:{HOOK_PORT}/sync"
@@ -173,15 +172,8 @@ def samples_rows(bench, engine, count, size, window, log):
 
 
 def idle_requests(bench, engine, window):
-    """Requests per minute the engine sends while nothing changes, from the audit log (by user agent)."""
-    audit = os.path.join(bench.api.cluster_dir, "audit.log")
-    offset, start_at = os.path.getsize(audit), datetime.datetime.now(datetime.timezone.utc)
-    time.sleep(window)
-    end = datetime.datetime.now(datetime.timezone.utc)
-    with open(audit) as f:
-        f.seek(offset)
-        verbs = audit_verbs(f, "metacontroller" if engine == "metacontroller" else "watch", start_at, end)
-    return sum(verbs.values()) * 60.0 / (end - start_at).total_seconds()
+    """Requests per minute the engine sends while nothing changes."""
+    return requests_over(bench, "metacontroller" if engine == "metacontroller" else "watch", window)[0]
 
 
 def ten_controllers(bench, engine, controllers, per_controller, log):

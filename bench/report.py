@@ -96,7 +96,7 @@ def write(results, out):
     sections = [("idle", idle_section), ("reaction", reaction_section), ("convergence", convergence_section),
                 ("listing", listing_section), ("footprint", footprint_section), ("restart", restart_section),
                 ("sizing", sizing_section), ("hooks", hooks_section), ("metacontroller", metacontroller_section),
-                ("scale", scale_section), ("sharding", sharding_section)]
+                ("scale", scale_section), ("sharding", sharding_section), ("kro", kro_section)]
     if "scale_poll" in results and "scale" not in results:
         results = dict(results, scale={})
     verdicts = []
@@ -500,6 +500,62 @@ def metacontroller_section(results, w, verdicts, out):
         verdicts.append("metacontroller as a peer (aim: ahead on every row): samplectl ahead on "
                         + (", ".join(ahead) or "none") + "; behind on " + (", ".join(behind) or "none") + ".")
 
+
+
+def kro_section(results, w, verdicts, out):
+    s = results["settings"]["kro"]
+    data = results["kro"]
+    w("## 12. kro as a peer\n")
+    w("kro v0.9.4, built from its module on the Go module proxy by `scripts/bench` and run out of the cluster "
+      "with the kubeconfig, against samplectl `reconcile --from-cluster --watch`, one at a time, on the same "
+      "ResourceGraphDefinition stored in the cluster (`bench/kro.py`: an instance API with a ConfigMap, then a "
+      "Deployment and a headless Service that read its name, and a status field). Each engine starts with no "
+      "instance CRD and makes its own. kro runs twice: with its defaults "
+      f"(`{' '.join(data['kro_args'])}`: one worker, client 100 requests/s in bursts of 150, queue 10/s in "
+      f"bursts of 100), and tuned (`{' '.join(data['kro_tuned_args'])}` added). samplectl runs with its "
+      f"defaults. Reaction: {s['count']} instances created one at a time, create returned -> the instance "
+      "seen ACTIVE by the bench's own watch (both engines say ACTIVE only once all three children exist). "
+      f"Convergence: {s['size']} instances created in one burst, first create -> last ACTIVE; the children "
+      f"column counts, from the bench's own lists, how many of the {3 * s['size']} exist then. Idle: requests "
+      f"per minute the engine sent over {s['window']} s once converged (audit log, by user agent). Memory: "
+      f"resident once quiet after converging; then with {s['few']} instances, without and with "
+      f"{s['big_crds']} large unrelated CRDs installed (about {data.get('big_crd_bytes', 0) // 1024} KiB of "
+      f"schema each)." + measured_on(results, "kro") + "\n")
+    if "kro" not in data.get("engines", []):
+        w("kro was not measured in this run: `scripts/bench` could not build it.\n")
+    w(f"| engine | reaction p50 ms | p99 ms | {s['size']} converge s | children | idle requests/min | RSS MiB | "
+      f"{s['few']} instances RSS MiB | with {s['big_crds']} CRDs RSS MiB |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = {}
+    for engine in ("samplectl", "kro", "kro-tuned"):
+        d = data.get(engine)
+        if not d:
+            continue
+        lat = [x * 1000 for x in d["reaction"]]
+        rows[engine] = (pct(lat, 50), pct(lat, 99), d["converge_seconds"], d["idle_requests_per_min"],
+                        d["rss_mib"], d.get("few_rss", {}).get("rss_mib"), d.get("big_crds_rss", {}).get("rss_mib"))
+        name = {"samplectl": "samplectl", "kro": "kro, defaults", "kro-tuned": "kro, tuned"}[engine]
+        cells = [f"{v:.1f}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in rows[engine]]
+        cells.insert(3, str(d["children"]))
+        w(f"| {name} | " + " | ".join(cells) + " |")
+    w("")
+    for engine in ("samplectl", "kro", "kro-tuned"):
+        d = data.get(engine)
+        if d:
+            top = sorted(d["idle_requests"].items(), key=lambda kv: -kv[1])[:4]
+            w(f"- {engine} at idle: " + (", ".join(f"{k} {v}" for k, v in top) or "no requests"))
+    w("")
+    if "samplectl" in rows:
+        names = ["reaction p50", "reaction p99", "convergence", "idle requests", "RSS", f"RSS with {s['few']}",
+                 f"RSS with {s['big_crds']} CRDs"]
+        for peer in ("kro", "kro-tuned"):
+            if peer not in rows:
+                continue
+            a, b = rows["samplectl"], rows[peer]
+            ahead = [n for n, x, y in zip(names, a, b) if x is not None and y is not None and x <= y]
+            behind = [n for n, x, y in zip(names, a, b) if x is not None and y is not None and x > y]
+            verdicts.append(f"kro as a peer ({peer}; aim: ahead on every row): samplectl ahead on "
+                            + (", ".join(ahead) or "none") + "; behind on " + (", ".join(behind) or "none") + ".")
 
 
 def scale_section(results, w, verdicts, out):

@@ -150,7 +150,7 @@ def paused(pid_file):
 
 # How each client names itself in the User-Agent header; "none" stands for everyone but the bench.
 USER_AGENTS = {"loop": "original-loop/", "poll": "samplectl/", "watch": "samplectl/", "peer": "controller-runtime/",
-               "metacontroller": "metacontroller/"}
+               "metacontroller": "metacontroller/", "kro": "kro/"}
 BENCH_AGENT = "samplectl-bench"
 
 
@@ -168,6 +168,19 @@ def audit_verbs(lines, driver, start, end, by_resource=False):
             resource = (event.get("objectRef") or {}).get("resource", "(discovery)")
             verbs[f"{event['verb'].upper()} {resource}" if by_resource else event["verb"].upper()] += 1
     return dict(verbs)
+
+
+def requests_over(bench, driver, window):
+    """Requests per minute `driver` (by user agent) sends over the next `window` seconds, from the audit
+    log, and their count by verb and resource."""
+    audit = os.path.join(bench.api.cluster_dir, "audit.log")
+    offset, start_at = os.path.getsize(audit), datetime.datetime.now(datetime.timezone.utc)
+    time.sleep(window)
+    end = datetime.datetime.now(datetime.timezone.utc)
+    with open(audit) as f:
+        f.seek(offset)
+        verbs = audit_verbs(f, driver, start_at, end, by_resource=True)
+    return sum(verbs.values()) * 60.0 / (end - start_at).total_seconds(), verbs
 
 
 def idle_windows(bench, n, ns, window, windows, log):
