@@ -320,6 +320,51 @@ fn children_kro_made_are_taken_over() {
     forget_rgds(&[&name]);
 }
 
+/// The author's conditions (kro's `status.conditions` with `runtime.newCondition`) own the instance's
+/// conditions, computed from what the graph observed and from kro's own (`runtime.condition`).
+#[test]
+fn the_authors_conditions_are_the_instances() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-conditions");
+    let name = "samplectl-it-conditions".to_owned();
+    let schema = json!({"apiVersion": "v1alpha1", "kind": "GraphConditions", "group": "graphs.samplectl.test",
+    "spec": {"ok": "string | default=\"yes\""},
+    "status": {"conditions": [
+        "${runtime.newCondition({type: 'ConfigReady', status: config.data.ok == 'yes' ? 'True' : 'False', reason: 'Data', message: 'ok is ' + config.data.ok})}",
+        "${runtime.newCondition({type: 'Ready', status: runtime.condition(schema, 'ResourcesReady').status, reason: 'Kro', message: ''})}",
+    ]}});
+    let resources = json!([{"id": "config", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "${schema.metadata.name}-config"}, "data": {"ok": "${schema.spec.ok}"}}}]);
+    apply("default", &rgd(&name, &ns.0, schema, resources));
+    let run = follow(&ns);
+    let resource = "graphconditions.graphs.samplectl.test";
+    let instance =
+        json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphConditions", "metadata": {"name": "c"}});
+    let done = eventually(SOON, "the author's conditions written", || {
+        let _ = crate::support::try_apply(&ns.0, &instance);
+        let object = get(resource, "c", Some(&ns.0)).ok_or("no instance")?;
+        let summary = summary(&object);
+        match summary.len() == 2 && summary[1].1 == "True" {
+            true => Ok(object),
+            false => Err(format!("{}\n{}", object["status"], run.stderr())),
+        }
+    });
+    assert_eq!(
+        summary(&done),
+        [
+            ("ConfigReady".into(), "True".into(), "Data".into(), "ok is yes".into()),
+            ("Ready".into(), "True".into(), "Kro".into(), String::new()),
+        ]
+    );
+    assert_eq!(done["status"]["state"], "ACTIVE");
+    assert_eq!(done["status"]["conditions"][0]["observedGeneration"], 1);
+    drop(run);
+    kubectl(&["patch", resource, "c", "-n", &ns.0, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#])
+        .success();
+    forget_rgds(&[&name]);
+}
+
 /// kro's compatibility check: a change to the RGD that would break stored instances (a field retyped)
 /// leaves the CRD as it is and says so in KindReady, in kro's words, until the RGD allows breaking
 /// changes; a change that breaks nothing (a field added) is written.

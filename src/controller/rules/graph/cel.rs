@@ -191,6 +191,10 @@ fn kro_context() -> Context<'static, 'static> {
     context
         .add_function("deepMerge", |This(this): This<cel::Value>, other: cel::Value| merged(&this, &other, true))
         .expect(DISTINCT);
+    context.add_function("runtime.newCondition", |given: cel::Value| new_condition(&given)).expect(DISTINCT);
+    context
+        .add_function("runtime.condition", |object: cel::Value, kind: Arc<String>| condition_of(&object, &kind))
+        .expect(DISTINCT);
     context
         .add_function("lists.setAtIndex", |list: Arc<Vec<cel::Value>>, index: i64, value: cel::Value| {
             at_index("lists.setAtIndex", &list, index, false).map(|i| {
@@ -219,6 +223,70 @@ fn kro_context() -> Context<'static, 'static> {
         })
         .expect(DISTINCT);
     context
+}
+
+/// The keys a condition has, in kro's order; `runtime.newCondition` takes these and no others.
+pub const CONDITION_KEYS: [&str; 4] = ["type", "status", "reason", "message"];
+
+/// A condition as a CEL map of its four strings.
+fn condition_value(fields: [String; 4]) -> cel::Value {
+    let map: std::collections::HashMap<Key, cel::Value> = CONDITION_KEYS
+        .iter()
+        .zip(fields)
+        .map(|(k, v)| (Key::String(Arc::new((*k).to_owned())), cel::Value::String(Arc::new(v))))
+        .collect();
+    cel::Value::Map(Map { map: Arc::new(map) })
+}
+
+fn string_at(map: &Map, key: &str) -> Option<String> {
+    match map.map.get(&Key::String(Arc::new(key.to_owned()))) {
+        Some(cel::Value::String(s)) => Some((**s).clone()),
+        _ => None,
+    }
+}
+
+/// `runtime.newCondition({type, status, reason, message})`: the condition, checked as kro checks it.
+fn new_condition(given: &cel::Value) -> Result<cel::Value, ExecutionError> {
+    let fail =
+        |why: String| ExecutionError::function_error("runtime.newCondition", format!("runtime.newCondition: {why}"));
+    let cel::Value::Map(map) = given else { return Err(fail("argument must be a map literal".into())) };
+    for key in map.map.keys() {
+        match key {
+            Key::String(k) if CONDITION_KEYS.contains(&k.as_str()) => {}
+            other => {
+                return Err(fail(format!("unknown key {other:?} (allowed: type, status, reason, message)")));
+            }
+        }
+    }
+    let [kind, status, reason, message] = CONDITION_KEYS.map(|k| string_at(map, k));
+    let kind = kind.ok_or_else(|| fail("'type' is required".into()))?;
+    let status = status.ok_or_else(|| fail("'status' is required".into()))?;
+    if !["True", "False", "Unknown"].contains(&status.as_str()) {
+        return Err(fail(format!("status must be True, False or Unknown, not {status:?}")));
+    }
+    Ok(condition_value([kind, status, reason.unwrap_or_default(), message.unwrap_or_default()]))
+}
+
+/// `runtime.condition(object, type)`: the condition of that type in the object's
+/// `status.conditions`, or an empty one.
+fn condition_of(object: &cel::Value, kind: &str) -> cel::Value {
+    let found = match object {
+        cel::Value::Map(map) => match map.map.get(&Key::String(Arc::new("status".into()))) {
+            Some(cel::Value::Map(status)) => match status.map.get(&Key::String(Arc::new("conditions".into()))) {
+                Some(cel::Value::List(items)) => items.iter().find_map(|item| match item {
+                    cel::Value::Map(c) if string_at(c, "type").as_deref() == Some(kind) => Some(c.clone()),
+                    _ => None,
+                }),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    };
+    match found {
+        Some(c) => condition_value(CONDITION_KEYS.map(|k| string_at(&c, k).unwrap_or_default())),
+        None => condition_value(Default::default()),
+    }
 }
 
 /// `index` as a place in `list` (or, `inserting`, also just past its end), or kro's error.

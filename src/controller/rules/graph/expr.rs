@@ -194,8 +194,10 @@ fn walk(value: &Value, path: Path, found: &mut Vec<(Path, Template)>) -> Result<
 pub static PARSER_ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));
 
 /// Library namespaces a call may be made through (`random.seededString(...)`), not identifiers.
-const NAMESPACES: &[&str] =
-    &["random", "json", "hash", "base64", "lists", "strings", "math", "optional", "sets", "url", "net", "quantity"];
+const NAMESPACES: &[&str] = &[
+    "random", "json", "hash", "base64", "lists", "strings", "math", "optional", "sets", "url", "net", "quantity",
+    "runtime",
+];
 
 /// The free identifiers `expression` reads (those no comprehension binds), or the parse error.
 pub fn identifiers(expression: &str) -> Result<BTreeSet<String>, String> {

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde_json::{Map, Value, json};
 
 use super::applyset::{self, Inventory};
-use super::cel::{Scope, Unresolved};
+use super::cel::{CONDITION_KEYS, Scope, Unresolved};
 use super::conditions::Conditions;
 use super::rgd::{Graph, Node, Source};
 
@@ -267,9 +267,101 @@ pub fn decide(
         Value::Object(map) => map,
         _ => Map::new(),
     };
-    let status = status(conditions, state, fields);
+    let status = match graph.conditions.is_empty() {
+        true => status(conditions, state, fields),
+        false => {
+            let builtin = serde_json::to_value(conditions.list()).unwrap_or_default();
+            let (authored, failed) = authored(graph, instance, &values, builtin, (generation, now));
+            let mut status = status(conditions, if failed { "ERROR" } else { state }, fields);
+            status["conditions"] = Value::Array(authored);
+            status
+        }
+    };
     let annotations = inventory(graph, instance, origin, &desired, children);
     Decision { children: desired, status, labels, annotations, finalized: false }
+}
+
+/// The author's conditions (`status.conditions` of the RGD), which own the instance's conditions when
+/// given: each expression's condition (or list of them), with `lastTransitionTime` kept while its
+/// status stays and `observedGeneration`. `runtime.condition(schema, t)` reads kro's built-in ones
+/// (`builtin`). An expression waiting for data is left out for now, one that fails or a type given
+/// twice makes the instance ERROR (the second), and either way the conditions written before for
+/// types not given now stay. Also returns whether one failed.
+fn authored(
+    graph: &Graph,
+    instance: &Value,
+    values: &HashMap<String, Value>,
+    builtin: Value,
+    (generation, now): (i64, &str),
+) -> (Vec<Value>, bool) {
+    let mut schema = schema_of(instance);
+    schema["status"] = json!({"conditions": builtin});
+    // kro's macro reads the map's bare keys as names; here each key is a variable holding its own name.
+    let keys: Vec<Value> = CONDITION_KEYS.iter().map(|k| json!(k)).collect();
+    let mut variables: Vec<(&str, &Value)> = vec![("schema", &schema)];
+    variables.extend(values.iter().map(|(k, v)| (k.as_str(), v)));
+    variables.extend(CONDITION_KEYS.iter().copied().zip(keys.iter()));
+    let scope = Scope::new(variables);
+    let previous: Vec<Value> = instance["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let (mut given, mut complete, mut failed) = (Vec::<Value>::new(), true, false);
+    for expression in &graph.conditions {
+        // One that reads a resource not observed yet waits for it.
+        let reads = super::expr::identifiers(expression).unwrap_or_default();
+        if reads.iter().any(|id| graph.node(id).is_some() && !values.contains_key(id)) {
+            complete = false;
+            continue;
+        }
+        let produced = match scope.evaluate(expression) {
+            Ok(Value::Array(items)) => items,
+            Ok(one) => vec![one],
+            Err(Unresolved::Pending(_)) => {
+                complete = false;
+                continue;
+            }
+            Err(Unresolved::Failed(_)) => {
+                (complete, failed) = (false, true);
+                continue;
+            }
+        };
+        for condition in produced {
+            let Some(kind) = condition["type"].as_str().filter(|_| condition.get("status").is_some()) else {
+                (complete, failed) = (false, true);
+                continue;
+            };
+            if given.iter().any(|c| c["type"] == kind) {
+                failed = true;
+                continue;
+            }
+            let before = previous.iter().find(|c| c["type"] == kind);
+            let since = match before {
+                Some(b) if b["status"] == condition["status"] => b["lastTransitionTime"].clone(),
+                _ => json!(now),
+            };
+            let mut written = json!({
+                "type": kind,
+                "status": condition["status"],
+                "lastTransitionTime": since,
+                "observedGeneration": generation,
+            });
+            // As kro writes them: an empty reason or message is left out.
+            for key in ["reason", "message"] {
+                if condition[key].as_str().is_some_and(|v| !v.is_empty()) {
+                    written[key] = condition[key].clone();
+                }
+            }
+            given.push(written);
+        }
+    }
+    if !complete {
+        // kro's own conditions are never kept on a wire the author owns.
+        let kept: Vec<Value> = previous
+            .into_iter()
+            .filter(|c| !given.iter().any(|g| g["type"] == c["type"]))
+            .filter(|c| !DEPENDENTS.iter().any(|d| c["type"] == *d))
+            .collect();
+        given.extend(kept);
+    }
+    (given, failed)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -577,6 +669,54 @@ mod tests {
             (ready["type"].as_str(), ready["status"].as_str(), ready["message"].as_str()),
             (Some("Ready"), Some("True"), Some(""))
         );
+    }
+
+    /// The author's conditions own the instance's conditions: kro's are read through
+    /// `runtime.condition(schema, ...)`, a list flattens, data not there yet leaves one out.
+    #[test]
+    fn the_authors_conditions_own_the_status_conditions() {
+        let rgd = json!({"metadata": {"name": "web"}, "spec": {"schema": {
+            "apiVersion": "v1alpha1", "kind": "WebApp", "spec": {"replicas": "integer | default=1"},
+            "status": {"conditions": [
+                "${runtime.newCondition({type: 'AppReady', status: deployment.status.availableReplicas > 0 ? 'True' : 'False', reason: 'Replicas', message: ''})}",
+                "${runtime.newCondition({type: 'Lifecycle', status: runtime.condition(schema, 'ResourcesReady').status, reason: 'Kro'})}",
+                "${[1, 2].map(i, runtime.newCondition({type: 'Item' + string(i), status: 'Unknown'}))}",
+            ]}},
+            "resources": graph_resources()}});
+        let graph = build(&rgd).unwrap();
+        let first = decide(&graph, &origin(), &instance(), &[], &HashMap::new(), false, NOW);
+        let types = |d: &Decision| -> Vec<String> {
+            d.status["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap().to_owned()).collect()
+        };
+        assert_eq!(types(&first), ["Lifecycle", "Item1", "Item2"], "AppReady waits for the Deployment");
+        assert_eq!(first.status["conditions"][0]["status"], "False");
+        assert_eq!(first.status["conditions"][0]["observedGeneration"], 1);
+        assert_eq!(first.status["state"], "IN_PROGRESS", "state stays kro's");
+
+        let mut observed = first.children.clone();
+        observed[0]["status"] = json!({"availableReplicas": 2});
+        let mut seen = instance();
+        seen["status"] = first.status.clone();
+        let second = decide(&graph, &origin(), &seen, &observed, &HashMap::new(), false, "2026-01-01T00:01:00Z");
+        assert_eq!(types(&second), ["AppReady", "Lifecycle", "Item1", "Item2"]);
+        assert_eq!(second.status["conditions"][0]["reason"], "Replicas");
+        assert_eq!(second.status["conditions"][2]["lastTransitionTime"], NOW, "unchanged, its time kept");
+
+        let mut broken = rgd.clone();
+        broken["spec"]["schema"]["status"]["conditions"] = json!([
+            "${runtime.newCondition({type: 'A', status: 'Maybe'})}",
+            "${runtime.newCondition({type: 'B', status: 'True'})}"
+        ]);
+        let decision = decide(&build(&broken).unwrap(), &origin(), &instance(), &[], &HashMap::new(), false, NOW);
+        assert_eq!(types(&decision), ["B"]);
+        assert_eq!(decision.status["state"], "ERROR");
+    }
+
+    fn graph_resources() -> Value {
+        json!([
+            {"id": "deployment", "template": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                              "metadata": {"name": "${schema.metadata.name}"}}},
+        ])
     }
 
     #[test]

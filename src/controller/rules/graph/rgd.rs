@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value, json};
 
+use super::cel::CONDITION_KEYS;
 use super::dag::Dag;
 use super::expr::{self, Path, Step, Template};
 use super::plural::pluralize;
@@ -142,6 +143,9 @@ pub struct Graph {
     pub waves: HashMap<String, usize>,
     /// `spec.schema.status`: each field with expressions, by path under `status`.
     pub status: Vec<(Path, Template)>,
+    /// `spec.schema.status.conditions`: the author's conditions, each expression giving one (or a list),
+    /// which then own the instance's `status.conditions`.
+    pub conditions: Vec<String>,
 }
 
 impl Graph {
@@ -205,9 +209,9 @@ pub fn build(rgd: &Value) -> Result<Graph, String> {
         check_ready_when(node).map_err(|e| format!("failed to validate resource {:?}: {e}", node.id))?;
     }
 
-    let status = status_templates(schema.get("status"), &ids)?;
+    let (status, conditions) = status_templates(schema.get("status"), &ids)?;
     let crd = crd(&api, schema, spec_schema, &status);
-    Ok(Graph { api, crd, nodes, order, waves, status })
+    Ok(Graph { api, crd, nodes, order, waves, status, conditions })
 }
 
 fn validate(kind: &str, resources: &[Value]) -> Result<(), String> {
@@ -435,7 +439,10 @@ fn check_ready_when(node: &Node) -> Result<(), String> {
 }
 
 /// The status fields and their expressions; `conditions` is the author's own list and is left out.
-fn status_templates(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Vec<(Path, Template)>, String> {
+/// The status fields with their expressions, and the author's condition expressions.
+type StatusTemplates = (Vec<(Path, Template)>, Vec<String>);
+
+fn status_templates(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<StatusTemplates, String> {
     status_fields(status, ids).map_err(|e| format!("failed to build instance status schema: {e}"))
 }
 
@@ -451,19 +458,38 @@ fn go_type(value: &Value) -> &'static str {
     }
 }
 
-fn status_fields(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Vec<(Path, Template)>, String> {
-    let Some(Value::Object(fields)) = status else { return Ok(Vec::new()) };
+fn status_fields(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<StatusTemplates, String> {
+    let Some(Value::Object(fields)) = status else { return Ok((Vec::new(), Vec::new())) };
     // The author's conditions: a list of expressions, each giving a condition.
-    if let Some(conditions) = fields.get("conditions") {
+    let mut conditions = Vec::new();
+    if let Some(given) = fields.get("conditions") {
+        let conditions_given = given;
         let block = |e: String| format!("failed to extract conditions block: {e}");
-        let Some(list) = conditions.as_array() else {
-            return Err(block(format!("status.conditions must be a list, got {}", go_type(conditions))));
+        let Some(list) = conditions_given.as_array() else {
+            return Err(block(format!("status.conditions must be a list, got {}", go_type(conditions_given))));
         };
         if let Some((i, item)) = list.iter().enumerate().find(|(_, item)| !item.is_string()) {
             return Err(block(format!(
                 "status.conditions[{i}] must be a CEL expression string, got {}",
                 go_type(item)
             )));
+        }
+        for (i, text) in list.iter().filter_map(Value::as_str).enumerate() {
+            let expression = expr::standalone(text).map_err(|e| format!("status.conditions[{i}]: {e}"))?;
+            let names = expr::identifiers(&expression)
+                .map_err(|e| format!("status.conditions[{i}] expression {expression:?}: {e}"))?;
+            let unknown: Vec<&str> = names
+                .iter()
+                .map(String::as_str)
+                .filter(|n| !["schema", "runtime"].contains(n) && !CONDITION_KEYS.contains(n) && !ids.contains(*n))
+                .collect();
+            if !unknown.is_empty() {
+                return Err(format!(
+                    "status.conditions[{i}] expression {expression:?} references unknown identifiers: [{}]",
+                    unknown.join(" ")
+                ));
+            }
+            conditions.push(expression);
         }
     }
     let mut plain = Map::new();
@@ -490,7 +516,7 @@ fn status_fields(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Vec<(
             }
         }
     }
-    Ok(found)
+    Ok((found, conditions))
 }
 
 fn leaves(value: &Value, path: String, into: &mut Vec<String>) {
