@@ -2,6 +2,7 @@
 //! the same thing (every namespace, or a cluster-scoped resource) for every reader and writer.
 
 use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
 use kube::discovery::ApiResource;
 use kube::{Client, Resource};
 
@@ -21,6 +22,15 @@ where
 pub fn cluster<K>(client: Client) -> Api<K>
 where
     K: Resource<Scope = k8s_openapi::ClusterResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    Api::all(client)
+}
+
+/// The metadata-only `Api` of a cluster-scoped resource (CRDs watched for appearing).
+pub fn cluster_metadata<K>(client: Client) -> Api<PartialObjectMeta<K>>
+where
+    K: Resource<Scope = k8s_openapi::ClusterResourceScope> + Clone,
     <K as Resource>::DynamicType: Default,
 {
     Api::all(client)

@@ -5,7 +5,9 @@
 //! moves) and stopped when it goes; one that cannot run (a resource the server does not serve, a field
 //! samplectl refuses, a parent type another CompositeController already reconciles) is said in a
 //! warning and tried again every [`RETRY`] or when it changes, while the others run. Whichever of these
-//! APIs the cluster serves is followed; one installed later is picked up within [`RETRY`].
+//! APIs the cluster serves is followed; one installed later is picked up when its CRD appears, seen by
+//! a watch of that CRD (which costs nothing while nothing changes), or within [`RETRY`] when this
+//! process may not watch CRDs or may not list the kind.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
 use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, TypeMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
@@ -92,6 +95,32 @@ const KINDS: [(&str, &str, &str); 3] = [
     (DECORATOR, API_VERSION, "decoratorcontrollers"),
     (rgd::KIND, rgd::API_VERSION, rgd::PLURAL),
 ];
+
+/// The name of the CRD that serves `kind`.
+fn crd_name(kind: &str) -> String {
+    let (_, api_version, plural) = KINDS.iter().find(|(k, _, _)| *k == kind).copied().unwrap_or(KINDS[0]);
+    let group = api_version.split_once('/').map_or("", |(group, _)| group);
+    format!("{plural}.{group}")
+}
+
+/// Whether a kind's CRD changed, or its watch failed.
+type Installs = futures::stream::SelectAll<futures::stream::BoxStream<'static, (&'static str, bool)>>;
+
+/// Watches the metadata of `kind`'s CRD: each change is a moment to look for the kind again; `false`
+/// says the watch failed (this process may not watch CRDs), and the kind is then looked for every
+/// [`RETRY`].
+fn watch_install(conn: &Connection, kind: &'static str, installs: &mut Installs) {
+    let crds = scope::cluster_metadata::<CustomResourceDefinition>(conn.client.clone());
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", crd_name(kind)));
+    let changes = watcher(crds, config).default_backoff().filter_map(move |event| {
+        futures::future::ready(match event {
+            Ok(watcher::Event::Apply(_) | watcher::Event::InitApply(_)) => Some((kind, true)),
+            Ok(_) => None,
+            Err(_) => Some((kind, false)),
+        })
+    });
+    installs.push(changes.boxed());
+}
 
 fn api_version_of(kind: &str) -> &'static str {
     KINDS.iter().find(|(k, _, _)| *k == kind).map_or(API_VERSION, |(_, v, _)| v)
@@ -235,6 +264,9 @@ struct Served {
     missing: Vec<&'static str>,
     /// The API server's refusal of the first kind not allowed, in kubectl's words.
     refused: Option<String>,
+    /// The kinds installed but not allowed: no CRD change says when they are, so looked for every
+    /// [`RETRY`].
+    forbidden: Vec<&'static str>,
 }
 
 /// The kinds among `kinds` this process can follow now.
@@ -242,6 +274,7 @@ async fn served_apis(conn: &Connection, kinds: &[&'static str]) -> Result<Served
     let mut served = Vec::new();
     let mut missing = Vec::new();
     let mut refused = None;
+    let mut forbidden = Vec::new();
     for (kind, api_version, plural) in KINDS.iter().filter(|(k, _, _)| kinds.contains(k)) {
         let gvr = Gvr::parse(&format!("{api_version}/{plural}")).map_err(anyhow::Error::msg)?;
         let Some(resolved) = resolved_or_none(conn, &gvr).await? else {
@@ -257,6 +290,7 @@ async fn served_apis(conn: &Connection, kinds: &[&'static str]) -> Result<Served
                 tracing::warn!("not following {kind} objects: {why}; trying again every {}s", RETRY.as_secs());
                 refused.get_or_insert(why);
                 missing.push(*kind);
+                forbidden.push(*kind);
             }
             Err(err) => {
                 // Not a refusal: its watch lists them again, with its own retries.
@@ -266,7 +300,7 @@ async fn served_apis(conn: &Connection, kinds: &[&'static str]) -> Result<Served
             Ok(_) => served.push((*kind, api)),
         }
     }
-    Ok(Served { apis: served, missing, refused })
+    Ok(Served { apis: served, missing, refused, forbidden })
 }
 
 /// The resource `gvr` names, or `None` when the server does not serve it; other failures (the server out
@@ -291,7 +325,7 @@ impl Fleet {
     /// Runs the cluster's controller objects until `stop`; with `--once`, each parent of each once.
     pub async fn run(self, conn: &Connection, serving: &Serving, mut stop: watch::Receiver<bool>) -> Result<()> {
         let all: Vec<&'static str> = KINDS.iter().map(|(k, _, _)| *k).collect();
-        let Served { apis, mut missing, refused } = served_apis(conn, &all).await?;
+        let Served { apis, mut missing, refused, forbidden } = served_apis(conn, &all).await?;
         if apis.is_empty() {
             // Installed but not allowed is said as the API server says it, not as missing.
             bail!("{}", refused.as_deref().unwrap_or(NOTHING_INSTALLED));
@@ -326,6 +360,26 @@ impl Fleet {
         };
         let mut listing: HashMap<&'static str, HashSet<String>> = HashMap::new();
         let mut listed: HashSet<&'static str> = HashSet::new();
+        // Kinds not installed wait for their CRD; those not allowed (or whose CRD cannot be watched) are
+        // looked for at each retry.
+        let mut installs: Installs = futures::stream::SelectAll::new();
+        let mut polled: HashSet<&'static str> = forbidden.into_iter().collect();
+        for kind in missing.iter().filter(|k| !polled.contains(*k)) {
+            watch_install(conn, kind, &mut installs);
+        }
+        let take_up = |apis: Vec<(&'static str, Api<DynamicObject>)>,
+                       state: &mut State<'_>,
+                       events: &mut Events,
+                       expected: &mut usize,
+                       missing: &mut Vec<&'static str>| {
+            for (kind, api) in apis {
+                tracing::info!("{kind} objects are now served; following them");
+                *expected += 1;
+                state.apis.insert(kind, api.clone());
+                follow(kind, api, events);
+                missing.retain(|k| *k != kind);
+            }
+        };
         let mut retry = tokio::time::interval(RETRY);
         retry.tick().await;
         let mut cut = false;
@@ -336,15 +390,18 @@ impl Fleet {
                     Ok(defined) => state.finish(defined),
                     Err(err) => tracing::warn!("making a controller object into a controller stopped abruptly: {err}"),
                 },
+                Some((kind, watched)) = installs.next(), if !installs.is_empty() => {
+                    if !watched {
+                        polled.insert(kind);
+                    } else if missing.contains(&kind) && let Ok(now) = served_apis(conn, &[kind]).await {
+                        take_up(now.apis, &mut state, &mut events, &mut expected, &mut missing);
+                        polled.extend(now.forbidden);
+                    }
+                }
                 _ = retry.tick() => {
-                    if !missing.is_empty() && let Ok(now) = served_apis(conn, &missing).await {
-                        for (kind, api) in now.apis {
-                            tracing::info!("{kind} objects are now served; following them");
-                            expected += 1;
-                            state.apis.insert(kind, api.clone());
-                            follow(kind, api, &mut events);
-                        }
-                        missing = now.missing;
+                    let looked: Vec<&'static str> = missing.iter().copied().filter(|k| polled.contains(k)).collect();
+                    if !looked.is_empty() && let Ok(now) = served_apis(conn, &looked).await {
+                        take_up(now.apis, &mut state, &mut events, &mut expected, &mut missing);
                     }
                     let failed: Vec<(Key, DynamicObject)> =
                         state.failed.iter().map(|(k, (_, o))| (k.clone(), o.clone())).collect();
