@@ -8,6 +8,7 @@ of instances to ACTIVE, requests per minute once converged, resident memory; the
 few instances, without and with 200 large unrelated CRDs installed (kro #724)."""
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import subprocess
@@ -149,17 +150,28 @@ def children_of(api, ns, names):
     return sum((f"{n}-config" in configs) + (n in deployments) + (n in services) for n in names)
 
 
+@contextlib.contextmanager
+def engine_in(bench, engine, ns, label):
+    """`engine` running the bench RGD for instances in a fresh namespace `ns`, and the bench's own watch
+    of them there (which instances it has seen ACTIVE); all of it removed after."""
+    fresh_namespace(bench.api, ns)
+    running = Engine(bench, engine, label)
+    seen = Seen(active)
+    watch = Watch(bench.api, namespaced(ns, PLURAL, GROUP_VERSION), seen)
+    watch.wait_listed()
+    try:
+        yield running, seen
+    finally:
+        watch.stop()
+        running.stop([ns])
+
+
 def rows(bench, engine, count, size, window, log):
     """Reaction over `count` instances created one at a time, then `size` in a burst to ACTIVE, requests
     per minute and memory once converged."""
     out = {}
     ns = f"bench-kro-{engine}"
-    fresh_namespace(bench.api, ns)
-    running = Engine(bench, engine, f"{engine}-rows")
-    seen = Seen(active)
-    watch = Watch(bench.api, namespaced(ns, PLURAL, GROUP_VERSION), seen)
-    watch.wait_listed()
-    try:
+    with engine_in(bench, engine, ns, f"{engine}-rows") as (running, seen):
         create(bench.api, ns, ["warm-up"])
         seen.wait("warm-up", timeout=120)
         latencies = []
@@ -184,29 +196,18 @@ def rows(bench, engine, count, size, window, log):
         log(f"kro scenario, {engine}: {size} instances ACTIVE in {out['converge_seconds']:.1f}s "
             f"({out['children']} children); idle {out['idle_requests_per_min']:.1f} requests/min; "
             f"{out['rss_mib']:.0f} MiB")
-    finally:
-        watch.stop()
-        running.stop([ns])
     return out
 
 
 def memory_with(bench, engine, few, label, log):
     """Resident memory once `few` instances are ACTIVE and the engine is quiet."""
     ns = f"bench-kro-mem-{engine}"
-    fresh_namespace(bench.api, ns)
-    running = Engine(bench, engine, f"{engine}-{label}")
-    seen = Seen(active)
-    watch = Watch(bench.api, namespaced(ns, PLURAL, GROUP_VERSION), seen)
-    watch.wait_listed()
-    try:
+    with engine_in(bench, engine, ns, f"{engine}-{label}") as (running, seen):
         create(bench.api, ns, [f"m-{i:03}" for i in range(few)])
         seen.wait_count(few, timeout=600)
         running.proc.settle()
         rss = running.proc.rss_mib()
         peak = running.proc.peak_rss_mib()
-    finally:
-        watch.stop()
-        running.stop([ns])
     log(f"kro scenario, {engine} {label}: {rss:.0f} MiB (peak {peak:.0f})")
     return {"rss_mib": rss, "peak_rss_mib": peak}
 

@@ -492,13 +492,18 @@ def metacontroller_section(results, w, verdicts, out):
         w(f"| {name} | " + " | ".join(cells) + " |")
     w("")
     if "samplectl" in rows and "metacontroller" in rows:
-        a, b = rows["samplectl"], rows["metacontroller"]
         names = ["reaction p50", "reaction p99", "convergence", "idle requests", "RSS", f"{s['controllers']}-controller "
                  "convergence", f"{s['controllers']}-controller RSS"]
-        ahead = [n for n, x, y in zip(names, a, b) if x is not None and y is not None and x <= y]
-        behind = [n for n, x, y in zip(names, a, b) if x is not None and y is not None and x > y]
-        verdicts.append("metacontroller as a peer (aim: ahead on every row): samplectl ahead on "
-                        + (", ".join(ahead) or "none") + "; behind on " + (", ".join(behind) or "none") + ".")
+        verdicts.append("metacontroller as a peer (aim: ahead on every row): "
+                        + rows_versus(names, rows["samplectl"], rows["metacontroller"]))
+
+
+def rows_versus(names, ours, theirs):
+    """Where samplectl's row (lower is better in every column) is ahead of a peer's, and where behind."""
+    pairs = [(n, x, y) for n, x, y in zip(names, ours, theirs) if x is not None and y is not None]
+    ahead = [n for n, x, y in pairs if x <= y]
+    behind = [n for n, x, y in pairs if x > y]
+    return "samplectl ahead on " + (", ".join(ahead) or "none") + "; behind on " + (", ".join(behind) or "none") + "."
 
 
 
@@ -551,11 +556,8 @@ def kro_section(results, w, verdicts, out):
         for peer in ("kro", "kro-tuned"):
             if peer not in rows:
                 continue
-            a, b = rows["samplectl"], rows[peer]
-            ahead = [n for n, x, y in zip(names, a, b) if x is not None and y is not None and x <= y]
-            behind = [n for n, x, y in zip(names, a, b) if x is not None and y is not None and x > y]
-            verdicts.append(f"kro as a peer ({peer}; aim: ahead on every row): samplectl ahead on "
-                            + (", ".join(ahead) or "none") + "; behind on " + (", ".join(behind) or "none") + ".")
+            verdicts.append(f"kro as a peer ({peer}; aim: ahead on every row): "
+                            + rows_versus(names, rows["samplectl"], rows[peer]))
 
 
 def scale_section(results, w, verdicts, out):

@@ -391,11 +391,13 @@ impl Fleet {
                     Err(err) => tracing::warn!("making a controller object into a controller stopped abruptly: {err}"),
                 },
                 Some((kind, watched)) = installs.next(), if !installs.is_empty() => {
-                    if !watched {
-                        polled.insert(kind);
-                    } else if missing.contains(&kind) && let Ok(now) = served_apis(conn, &[kind]).await {
+                    if watched && missing.contains(&kind) && let Ok(now) = served_apis(conn, &[kind]).await {
                         take_up(now.apis, &mut state, &mut events, &mut expected, &mut missing);
-                        polled.extend(now.forbidden);
+                    }
+                    // A watch that failed, a CRD there but its kind not served (yet, or not to this
+                    // process), or a look that failed: no later change need come, so the retry looks.
+                    if missing.contains(&kind) {
+                        polled.insert(kind);
                     }
                 }
                 _ = retry.tick() => {

@@ -617,6 +617,18 @@ fn graphs_are_read_from_files() {
     let refused = samplectl(&["reconcile", "-f", &unknown, "-n", &ns.0, "--once"]);
     assert_eq!(refused.code, 1, "{refused:#?}");
     assert!(refused.stderr.contains("references unknown identifiers: [nothing]"), "{refused:#?}");
+    let mut conditions = good.clone();
+    conditions["spec"]["schema"]["status"] = json!({"conditions": "${schema.spec.note}"});
+    let conditions = write("conditions.yaml", &conditions);
+    let refused = samplectl(&["reconcile", "-f", &conditions, "-n", &ns.0, "--once"]);
+    assert_eq!(refused.code, 1, "{refused:#?}");
+    assert!(
+        refused.stderr.contains(
+            "failed to build instance status schema: failed to extract conditions block: status.conditions must be a \
+             list, got string"
+        ),
+        "{refused:#?}"
+    );
     assert!(
         get("crd", "graphfromfiles.graphs.samplectl.test", None).is_none() || refused.stderr.contains("cannot run")
     );

@@ -21,7 +21,7 @@ use crate::controller::rules::children::{Family, Update};
 use crate::controller::rules::finalizer::Finalizer;
 use crate::controller::rules::graph::compat;
 use crate::controller::rules::graph::conditions::{Condition, Conditions};
-use crate::controller::rules::graph::expr;
+use crate::controller::rules::graph::expr::{self, Template};
 use crate::controller::rules::graph::instance::{FINALIZER, Origin};
 use crate::controller::rules::graph::rgd::{self, Graph, Source};
 use crate::controller::rules::selector::ParentSelector;
@@ -159,6 +159,10 @@ pub async fn from_manifest(conn: &Connection, rgd: &Value) -> Result<Definition,
 /// OpenAPI schemas of the resources the status reads. Without them (an API server that publishes no
 /// OpenAPI v3), the fields stay open, as they are before typing.
 async fn type_status(conn: &Connection, graph: &mut Graph, types: &[(String, String, String)]) {
+    // A field joined from text is a string whatever it reads: nothing to fetch for those.
+    if !graph.status.iter().any(|(_, template)| matches!(template, Template::Whole(_))) {
+        return;
+    }
     let mut read = BTreeSet::new();
     for (_, template) in &graph.status {
         for expression in template.expressions() {
@@ -295,8 +299,9 @@ async fn run(
     Ok((graph, definition))
 }
 
-/// Creates the instance CRD when it is missing; otherwise updates it only when it differs from what the
-/// RGD says, and refuses one kro (or samplectl) does not own or another RGD does. Waits for it to be
+/// Creates the instance CRD when it is missing; otherwise refuses one kro (or samplectl) does not own or
+/// another RGD does, refuses a change that breaks stored instances unless `allow_breaking`
+/// (`rules::graph::compat`), and updates it only when its schema or names change. Waits for it to be
 /// Established.
 async fn ensure_crd(
     conn: &Connection,

@@ -304,10 +304,9 @@ fn authored(
     let scope = Scope::new(variables);
     let previous: Vec<Value> = instance["status"]["conditions"].as_array().cloned().unwrap_or_default();
     let (mut given, mut complete, mut failed) = (Vec::<Value>::new(), true, false);
-    for expression in &graph.conditions {
+    for (expression, reads) in &graph.conditions {
         // One that reads a resource not observed yet waits for it.
-        let reads = super::expr::identifiers(expression).unwrap_or_default();
-        if reads.iter().any(|id| graph.node(id).is_some() && !values.contains_key(id)) {
+        if reads.iter().any(|id| !values.contains_key(id)) {
             complete = false;
             continue;
         }

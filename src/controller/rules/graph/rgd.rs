@@ -144,8 +144,8 @@ pub struct Graph {
     /// `spec.schema.status`: each field with expressions, by path under `status`.
     pub status: Vec<(Path, Template)>,
     /// `spec.schema.status.conditions`: the author's conditions, each expression giving one (or a list),
-    /// which then own the instance's `status.conditions`.
-    pub conditions: Vec<String>,
+    /// which then own the instance's `status.conditions`; with the resources each reads.
+    pub conditions: Vec<(String, BTreeSet<String>)>,
 }
 
 impl Graph {
@@ -439,8 +439,9 @@ fn check_ready_when(node: &Node) -> Result<(), String> {
 }
 
 /// The status fields and their expressions; `conditions` is the author's own list and is left out.
-/// The status fields with their expressions, and the author's condition expressions.
-type StatusTemplates = (Vec<(Path, Template)>, Vec<String>);
+/// The status fields with their expressions, and the author's condition expressions with the resources
+/// each reads.
+type StatusTemplates = (Vec<(Path, Template)>, Vec<(String, BTreeSet<String>)>);
 
 fn status_templates(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<StatusTemplates, String> {
     status_fields(status, ids).map_err(|e| format!("failed to build instance status schema: {e}"))
@@ -489,7 +490,8 @@ fn status_fields(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Statu
                     unknown.join(" ")
                 ));
             }
-            conditions.push(expression);
+            let reads = names.into_iter().filter(|n| ids.contains(n)).collect();
+            conditions.push((expression, reads));
         }
     }
     let mut plain = Map::new();
