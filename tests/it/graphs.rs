@@ -523,6 +523,138 @@ fn a_broken_graph_is_said_and_a_foreign_object_is_not_taken() {
     }
 }
 
+/// What kro refuses before it accepts an RGD for the types of what it reads and writes is refused with
+/// kro's words (checked against kro v0.9.4 on the same RGDs): a field the schema does not declare, an
+/// expression of the wrong type for its field, a literal of the wrong type, an operator without an
+/// overload, a bad selector. A graph whose expressions all fit is accepted.
+#[test]
+fn a_graph_whose_types_do_not_fit_is_refused_in_kros_words() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-types");
+    let schema = |kind: &str| {
+        json!({"apiVersion": "v1alpha1", "kind": kind, "group": "graphs.samplectl.test",
+            "spec": {"name": "string", "port": "integer", "names": "[]string", "labels": "map[string]string"},
+            "status": {"available": "${deploy.status.availableReplicas}"}})
+    };
+    let deployment = |replicas: Value, port: Value, data: Value| {
+        json!([
+            {"id": "config", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "${schema.metadata.name}", "labels": "${schema.spec.labels}"}, "data": data}},
+            {"id": "deploy", "readyWhen": ["${deploy.status.?availableReplicas.orValue(0) > 0}"], "template": {
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "${schema.metadata.name}"},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "x"}}, "template": {
+                    "metadata": {"labels": {"app": "x"}},
+                    "spec": {"containers": [{"name": "c", "image": "${schema.spec.name}",
+                        "env": [{"name": "A", "value": "${config.data.a}"}],
+                        "ports": [{"containerPort": port}]}]}}}}},
+            {"id": "copies", "forEach": [{"suffix": "${schema.spec.names}"}], "template": {"apiVersion": "v1",
+                "kind": "ConfigMap", "metadata": {"name": "${schema.metadata.name}-${suffix}"}, "data": {"v": "${suffix}"}}},
+        ])
+    };
+    let fits = deployment(
+        json!("${schema.spec.port}"),
+        json!("${schema.spec.port + 1}"),
+        json!({"a": "${schema.spec.name}-${string(schema.spec.port)}"}),
+    );
+    let cases = [
+        ("samplectl-it-types-fit", schema("GraphTypesFit"), fits.clone(), None),
+        (
+            "samplectl-it-types-undefined",
+            schema("GraphTypesUndefined"),
+            deployment(json!(1), json!(80), json!({"a": "${schema.spec.nope}"})),
+            Some(
+                "failed to validate resource \"config\": failed to compile template expression \"schema.spec.nope\" at \
+                 path \"data.a\": ERROR: <input>:1:12: undefined field 'nope'\n | schema.spec.nope\n | ...........^",
+            ),
+        ),
+        (
+            "samplectl-it-types-mismatch",
+            schema("GraphTypesMismatch"),
+            deployment(json!(1), json!("${schema.spec.name}"), json!({})),
+            Some(
+                "failed to validate resource \"deploy\": type mismatch in resource \"deploy\" at path \
+                 \"spec.template.spec.containers[0].ports[0].containerPort\": expression \"schema.spec.name\" returns type \
+                 \"string\" but expected \"int\": type kind mismatch: got \"string\", expected \"int\"",
+            ),
+        ),
+        (
+            "samplectl-it-types-literal",
+            schema("GraphTypesLiteral"),
+            deployment(json!("two"), json!(80), json!({})),
+            Some(
+                "failed to build resource \"deploy\": failed to extract CEL expressions from schema for resource deploy: \
+                 expected integer type for path spec.replicas, got string",
+            ),
+        ),
+        (
+            "samplectl-it-types-operator",
+            schema("GraphTypesOperator"),
+            deployment(json!(1), json!(80), json!({"a": "port-${schema.spec.port}"})),
+            Some(
+                "failed to validate resource \"config\": failed to compile template expression \"port-${schema.spec.port}\" \
+                 at path \"data.a\": ERROR: <input>:1:9: found no matching overload for '_+_' applied to '(string, int)'\n | \
+                 \"port-\" + (schema.spec.port)\n | ........^",
+            ),
+        ),
+        (
+            "samplectl-it-types-selector",
+            schema("GraphTypesSelector"),
+            json!([{"id": "deploy", "externalRef": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
+                "selector": {"matchExpressions": [{"key": "app", "operator": "Equals", "values": ["x"]}]}}}}]),
+            Some(
+                "failed to build resource \"deploy\": invalid external ref metadata for resource deploy: invalid label \
+                 selector: [metadata.selector.matchExpressions[0].operator: Invalid value: \"Equals\": not a valid \
+                 selector operator]",
+            ),
+        ),
+    ];
+    for (name, schema, resources, _) in &cases {
+        apply("default", &rgd(name, &ns.0, schema.clone(), resources.clone()));
+    }
+    let run = follow(&ns);
+    for (name, _, _, refusal) in &cases {
+        let object = eventually(SOON, &format!("{name} judged"), || {
+            let object = get("rgd", name, None).ok_or("no RGD")?;
+            let judged = condition(&object, "GraphAccepted")
+                .filter(|c| c["observedGeneration"] == object["metadata"]["generation"] && c["status"] != "Unknown");
+            match judged {
+                Some(_) => Ok(object),
+                None => Err(format!("{}", object["status"])),
+            }
+        });
+        let accepted = condition(&object, "GraphAccepted").unwrap();
+        match refusal {
+            None => {
+                assert_eq!(accepted["status"], "True", "{name}: {accepted}");
+                eventually(SOON, "the fitting RGD Active", || {
+                    let object = get("rgd", name, None).ok_or("no RGD")?;
+                    if object["status"]["state"] == "Active" { Ok(()) } else { Err(format!("{}", object["status"])) }
+                });
+            }
+            Some(message) => {
+                assert_eq!(accepted["status"], "False", "{name}: {accepted}");
+                assert_eq!(accepted["reason"], "InvalidResourceGraph");
+                assert_eq!(accepted["message"], *message, "{name}");
+                assert_eq!(object["status"]["state"], "Inactive");
+            }
+        }
+    }
+    drop(run);
+
+    // Read from a file, the same refusal is the command's error.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mismatch.yaml");
+    let (name, schema, resources, message) = &cases[2];
+    std::fs::write(&path, serde_yaml::to_string(&rgd(name, "file", schema.clone(), resources.clone())).unwrap())
+        .unwrap();
+    let refused = samplectl(&["reconcile", "-f", &path.display().to_string(), "-n", &ns.0, "--once"]);
+    assert_eq!(refused.code, 1, "{refused:#?}");
+    assert!(refused.stderr.contains(message.unwrap()), "{refused:#?}");
+    let names: Vec<&str> = cases.iter().map(|(name, ..)| *name).collect();
+    forget_rgds(&names);
+}
+
 /// Children an owner reference cannot reach, as kro makes them: a ConfigMap in another namespace and a
 /// ClusterRole, both owned by their labels (no owner reference), found again across namespaces, and
 /// deleted with the instance.

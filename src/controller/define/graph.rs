@@ -19,9 +19,9 @@ use crate::cluster::scope;
 use crate::controller::engine::{Definition, Writer, now};
 use crate::controller::rules::children::{Family, Update};
 use crate::controller::rules::finalizer::Finalizer;
+use crate::controller::rules::graph::check;
 use crate::controller::rules::graph::compat;
 use crate::controller::rules::graph::conditions::{Condition, Conditions};
-use crate::controller::rules::graph::expr::{self, Template};
 use crate::controller::rules::graph::instance::{FINALIZER, Origin};
 use crate::controller::rules::graph::rgd::{self, Graph, Source};
 use crate::controller::rules::selector::ParentSelector;
@@ -155,41 +155,35 @@ pub async fn from_manifest(conn: &Connection, rgd: &Value) -> Result<Definition,
     run(conn, &object, rgd, &mut conditions, 1).await.map(|(_, definition)| definition)
 }
 
-/// Declares the instance's status fields with the types kro infers (`rgd::type_status`), from the
-/// OpenAPI schemas of the resources the status reads. Without them (an API server that publishes no
-/// OpenAPI v3), the fields stay open, as they are before typing.
-async fn type_status(conn: &Connection, graph: &mut Graph, types: &[(String, String, String)]) {
-    // A field joined from text is a string whatever it reads: nothing to fetch for those.
-    if !graph.status.iter().any(|(_, template)| matches!(template, Template::Whole(_))) {
-        return;
-    }
-    let mut read = BTreeSet::new();
-    for (_, template) in &graph.status {
-        for expression in template.expressions() {
-            read.extend(expr::identifiers(expression).unwrap_or_default());
+/// Checks the graph's expressions against the types of what they read and write as kro does before
+/// it accepts an RGD (`rules::graph::check`), and declares the instance's status fields with the types
+/// kro infers (`rgd::type_status`), from the OpenAPI schemas of its resources. Without them (an API
+/// server that publishes no OpenAPI v3) the graph is accepted unchecked and the fields stay open, as
+/// they are before typing. The error is kro's refusal.
+async fn check_types(conn: &Connection, graph: &mut Graph, types: &[(String, String, String)]) -> Result<(), String> {
+    let wanted: Vec<(String, String)> =
+        types.iter().map(|(_, api_version, kind)| (api_version.clone(), kind.clone())).collect();
+    let found = match openapi::kind_schemas(&conn.client, &wanted).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(
+                "the expressions of kind {} are not type-checked and its status fields stay untyped: no OpenAPI schemas: {}",
+                graph.api.kind,
+                crate::error::describe(&e)
+            );
+            return Ok(());
         }
-    }
-    let wanted: Vec<(String, String)> = types
+    };
+    let by_id: HashMap<String, Value> = types
         .iter()
-        .filter(|(id, _, _)| read.contains(id))
-        .map(|(_, api_version, kind)| (api_version.clone(), kind.clone()))
+        .filter_map(|(id, api_version, kind)| {
+            Some((id.clone(), found.kinds.get(&(api_version.clone(), kind.clone()))?.clone()))
+        })
         .collect();
-    match openapi::kind_schemas(&conn.client, &wanted).await {
-        Ok(found) => {
-            let by_id: HashMap<String, Value> = types
-                .iter()
-                .filter_map(|(id, api_version, kind)| {
-                    Some((id.clone(), found.kinds.get(&(api_version.clone(), kind.clone()))?.clone()))
-                })
-                .collect();
-            rgd::type_status(graph, &by_id, &found.object_meta);
-        }
-        Err(e) => tracing::warn!(
-            "the status fields of kind {} stay untyped: no OpenAPI schemas: {}",
-            graph.api.kind,
-            crate::error::describe(&e)
-        ),
-    }
+    check::check(graph, &by_id, &found.object_meta)?;
+    let vars = check::variables(graph, &by_id, &found.object_meta);
+    rgd::type_status(graph, &vars);
+    Ok(())
 }
 
 /// Everything after the finalizer: the graph, its types, the CRD, the definition; each step marks its
@@ -248,7 +242,11 @@ async fn run(
             }),
         }
     }
-    type_status(conn, &mut graph, &read_types).await;
+    if let Err(why) = check_types(conn, &mut graph, &read_types).await {
+        conditions.set_false("GraphAccepted", "InvalidResourceGraph", &why);
+        conditions.set_false("GraphRevisionsResolved", "Failed", &why);
+        return Err(why);
+    }
     conditions.set_true("GraphAccepted", "Valid", "resource graph and schema are valid");
     conditions.set_true("GraphRevisionsResolved", "Resolved", &format!("revision {revision} compiled and active"));
 

@@ -3,12 +3,15 @@
 
 pub mod applyset;
 pub mod cel;
+pub mod check;
 pub mod compat;
 pub mod conditions;
 pub mod dag;
 pub mod expr;
 pub mod instance;
+pub mod label_selector;
 pub mod plural;
 pub mod rgd;
 pub mod schema;
 pub mod types;
+pub mod walk;

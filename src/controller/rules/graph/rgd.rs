@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use super::cel::CONDITION_KEYS;
 use super::dag::Dag;
 use super::expr::{self, Path, Step, Template};
+use super::label_selector;
 use super::plural::pluralize;
 use super::schema::spec_schema;
 use super::types::{self, Ty};
@@ -292,6 +293,17 @@ fn node(resource: &Value, index: usize) -> Result<Node, String> {
         _ => Ok(()),
     };
     combination.map_err(|e| format!("invalid combination of resource fields: {e}"))?;
+    if let Some(external) = external {
+        let metadata = &external["metadata"];
+        let named = metadata["name"].as_str().is_some_and(|n| !n.is_empty());
+        let selector = metadata.get("selector").filter(|s| !s.is_null());
+        let valid = match (named, selector) {
+            (true, None) => Ok(()),
+            (false, Some(selector)) => label_selector::check(selector),
+            _ => Err("exactly one of name or selector must be provided".to_owned()),
+        };
+        valid.map_err(|e| format!("invalid external ref metadata for resource {id}: {e}"))?;
+    }
     let object = template.or(external).expect("one of them");
     let invalid = |why: &str| format!("resource {id} is not a valid Kubernetes object: {why}");
     let api_version = match object.get("apiVersion") {
@@ -569,25 +581,11 @@ fn status_schema(status: &[(Path, Template)], field_type: impl Fn(&Template) -> 
 }
 
 /// Declares the instance CRD's status fields with the types kro infers for their expressions, given
-/// the OpenAPI schema (refs inlined) of each resource they read, by id, and of ObjectMeta. A resource
-/// whose schema is not given reads as `dyn`.
-pub fn type_status(graph: &mut Graph, resources: &HashMap<String, Value>, object_meta: &Value) {
-    let root = &graph.crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-    let mut instance = root.clone();
-    instance["properties"]["metadata"] = object_meta.clone();
-    let mut vars: HashMap<String, Ty> = HashMap::from([("schema".to_owned(), types::of_schema(&instance))]);
-    for node in &graph.nodes {
-        let Some(schema) = resources.get(&node.id) else { continue };
-        let mut object = schema.clone();
-        if object.get("properties").is_some_and(Value::is_object) {
-            object["properties"]["metadata"] = object_meta.clone();
-        }
-        let ty = types::of_schema(&object);
-        vars.insert(node.id.clone(), if node.is_collection() { Ty::List(Box::new(ty)) } else { ty });
-    }
+/// the types of what they read (`check::variables`).
+pub fn type_status(graph: &mut Graph, vars: &HashMap<String, Ty>) {
     let properties = status_schema(&graph.status, |template| match template {
         Template::Joined(_) => json!({"type": "string"}),
-        Template::Whole(expression) => types::to_schema(&types::infer(expression, &vars)),
+        Template::Whole(expression) => types::to_schema(&types::infer(expression, vars)),
     });
     graph.crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"] =
         Value::Object(properties);
@@ -791,29 +789,5 @@ mod tests {
                 .unwrap_err()
                 .ends_with("status.conditions[1] must be a CEL expression string, got float64")
         );
-    }
-
-    /// Status fields typed from what their expressions read, as kro declares them.
-    #[test]
-    fn status_fields_are_typed_from_the_schemas_they_read() {
-        let mut with_status = rgd(json!([deployment("deployment", "x")]));
-        with_status["spec"]["schema"]["status"] = json!({
-            "available": "${deployment.status.availableReplicas}",
-            "ready": "${deployment.status.availableReplicas > 0}",
-            "name": "${schema.metadata.name}",
-            "open": "${deployment.spec.whatever}",
-        });
-        let mut graph = build(&with_status).unwrap();
-        let deployment = json!({"type": "object", "properties": {
-            "spec": {"type": "object", "properties": {}},
-            "status": {"type": "object", "properties": {"availableReplicas": {"type": "integer", "format": "int32"}}}}});
-        let meta = json!({"type": "object", "properties": {"name": {"type": "string"}}});
-        type_status(&mut graph, &HashMap::from([("deployment".to_owned(), deployment)]), &meta);
-        let status = &graph.crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
-        assert_eq!(status["properties"]["available"], json!({"type": "integer"}));
-        assert_eq!(status["properties"]["ready"], json!({"type": "boolean"}));
-        assert_eq!(status["properties"]["name"], json!({"type": "string"}));
-        assert_eq!(status["properties"]["open"], json!({"x-kubernetes-preserve-unknown-fields": true}));
-        assert_eq!(status["properties"]["state"], json!({"type": "string"}));
     }
 }

@@ -1,8 +1,10 @@
-//! The types of a graph's status expressions, as kro infers them to declare the instance CRD's status
-//! fields: each expression's CEL type, from the instance's schema and the OpenAPI schemas of the
-//! resources it reads, turned into a CRD schema by kro's rules (`GenerateSchemaFromCELTypes`). An
-//! expression whose type cannot be told (a function samplectl does not type, an optional, a field the
-//! schema does not declare) is `dyn`, which kro declares as `x-kubernetes-preserve-unknown-fields`.
+//! The types of a graph's expressions, as kro's CEL type checker sees them: each expression's CEL type,
+//! from the instance's schema and the OpenAPI schemas of the resources it reads. They declare the
+//! instance CRD's status fields by kro's rules (`GenerateSchemaFromCELTypes`), and `check` refuses what
+//! cel-go's checker refuses when kro accepts an RGD (a field its type does not declare, an operator
+//! with no overload for its operands), in cel-go's words. An expression whose type cannot be told (a
+//! function samplectl does not type, an optional) is `dyn`, and nothing is refused that depends on it:
+//! the checker only ever refuses less than kro, never more.
 
 use std::collections::HashMap;
 
@@ -25,13 +27,20 @@ pub enum Ty {
     Duration,
     List(Box<Ty>),
     Map(Box<Ty>),
-    /// An object declared by an OpenAPI schema (its properties, refs inlined).
-    Object(Value),
+    /// An object declared by an OpenAPI schema (its properties, refs inlined), with the name kro's
+    /// type provider gives it (`__type_deployment.spec.template`).
+    Object(String, Value),
     Dyn,
 }
 
-/// The type an OpenAPI schema declares, as the API server's CEL (`SchemaDeclType`) reads it.
-pub fn of_schema(schema: &Value) -> Ty {
+/// What kro names the type of a variable (`__type_schema`, `__type_deployment`).
+pub fn root_name(variable: &str) -> String {
+    format!("__type_{variable}")
+}
+
+/// The type an OpenAPI schema declares, as the API server's CEL (`SchemaDeclType`) reads it; `name`
+/// is the name an object type gets (items `name.@idx`, map values `name.@elem`, fields `name.field`).
+pub fn of_schema(schema: &Value, name: &str) -> Ty {
     let schema = unwrapped(schema);
     if schema["x-kubernetes-int-or-string"] == true {
         return Ty::Dyn;
@@ -46,19 +55,70 @@ pub fn of_schema(schema: &Value) -> Ty {
             Some("duration") => Ty::Duration,
             _ => Ty::String,
         },
-        Some("array") => Ty::List(Box::new(schema.get("items").map_or(Ty::Dyn, of_schema))),
-        Some("object") | None if schema.get("properties").is_some_and(Value::is_object) => Ty::Object(schema.clone()),
+        Some("array") => {
+            Ty::List(Box::new(schema.get("items").map_or(Ty::Dyn, |items| of_schema(items, &format!("{name}.@idx")))))
+        }
+        Some("object") | None if schema.get("properties").is_some_and(Value::is_object) => {
+            Ty::Object(name.to_owned(), schema.clone())
+        }
         Some("object") => match schema.get("additionalProperties") {
-            Some(inner) if inner.is_object() => Ty::Map(Box::new(of_schema(inner))),
+            Some(inner) if inner.is_object() => Ty::Map(Box::new(of_schema(inner, &format!("{name}.@elem")))),
             _ => Ty::Dyn,
         },
         _ => Ty::Dyn,
     }
 }
 
+/// How cel-go writes a type (`Type.String()`).
+pub fn name(ty: &Ty) -> String {
+    match ty {
+        Ty::Bool => "bool".into(),
+        Ty::Int => "int".into(),
+        Ty::Uint => "uint".into(),
+        Ty::Double => "double".into(),
+        Ty::String => "string".into(),
+        Ty::Bytes => "bytes".into(),
+        Ty::Null => "null_type".into(),
+        Ty::Timestamp => "google.protobuf.Timestamp".into(),
+        Ty::Duration => "google.protobuf.Duration".into(),
+        Ty::List(item) => format!("list({})", name(item)),
+        Ty::Map(value) => format!("map(string, {})", name(value)),
+        Ty::Object(name, _) => name.clone(),
+        Ty::Dyn => "dyn".into(),
+    }
+}
+
+/// Whether a value of type `output` may be written where `expected` is declared, as kro's
+/// `validateExpressionType` judges it: CEL's assignability, then kro's structural compatibility
+/// (`AreTypesStructurallyCompatible`). The error is kro's reason. Where samplectl's view of a type
+/// is less precise than cel-go's (objects compared field by field), it accepts.
+pub fn assignable(output: &Ty, expected: &Ty) -> Result<(), String> {
+    match (output, expected) {
+        (Ty::Dyn, _) | (_, Ty::Dyn) => Ok(()),
+        (_, Ty::Object(..)) | (Ty::Object(..), Ty::Map(_)) => Ok(()),
+        (Ty::List(out), Ty::List(exp)) => {
+            assignable(out, exp).map_err(|e| format!("list element type incompatible: {e}"))
+        }
+        (_, Ty::List(_)) => Err(format!("list parameter count mismatch: got {}, expected 1", parameters(output))),
+        (Ty::Map(out), Ty::Map(exp)) => assignable(out, exp).map_err(|e| format!("map value type incompatible: {e}")),
+        (_, Ty::Map(_)) => Err(format!("map parameter count mismatch: got {}, expected 2", parameters(output))),
+        _ if std::mem::discriminant(output) == std::mem::discriminant(expected) => Ok(()),
+        _ => Err(format!("type kind mismatch: got {:?}, expected {:?}", name(output), name(expected))),
+    }
+}
+
+/// How many type parameters cel-go gives a type.
+fn parameters(ty: &Ty) -> usize {
+    match ty {
+        Ty::List(_) => 1,
+        Ty::Map(_) => 2,
+        _ => 0,
+    }
+}
+
 /// A schema whose only content is `allOf: [one]` (how OpenAPI v3 wraps a `$ref` with siblings) is
 /// that one.
-fn unwrapped(schema: &Value) -> &Value {
+pub fn unwrapped(schema: &Value) -> &Value {
     match schema.get("allOf").and_then(Value::as_array).map(Vec::as_slice) {
         Some([one]) if schema.get("properties").is_none() && schema.get("type").is_none() => unwrapped(one),
         _ => schema,
@@ -68,13 +128,51 @@ fn unwrapped(schema: &Value) -> &Value {
 /// Infers the type of `expression` with `vars` the types of the variables it may read.
 pub fn infer(expression: &str, vars: &HashMap<String, Ty>) -> Ty {
     match PARSER_ENV.compile(expression) {
-        Ok(program) => Infer { vars: vars.clone() }.expr(program.expression()),
+        Ok(program) => Infer { vars: vars.clone(), issues: Vec::new() }.expr(program.expression()),
         Err(_) => Ty::Dyn,
     }
 }
 
+/// Type-checks `expression` as cel-go's checker does for what samplectl can tell: its type, or the
+/// checker's errors as cel-go prints them (`ERROR: <input>:1:12: undefined field 'foo'`, the line and
+/// a caret under where).
+pub fn check(expression: &str, vars: &HashMap<String, Ty>) -> Result<Ty, String> {
+    let program = PARSER_ENV.compile(expression).map_err(|e| e.to_string())?;
+    let mut infer = Infer { vars: vars.clone(), issues: Vec::new() };
+    let ty = infer.expr(program.expression());
+    if infer.issues.is_empty() {
+        return Ok(ty);
+    }
+    let mut located: Vec<(usize, String)> = infer
+        .issues
+        .into_iter()
+        .map(|(id, message)| {
+            let offset = program.source_info().offset_for(id).map_or(0, |(start, _)| start as usize);
+            (offset, message)
+        })
+        .collect();
+    located.sort();
+    located.dedup();
+    Err(located.iter().map(|(offset, message)| display(expression, *offset, message)).collect::<Vec<_>>().join("\n"))
+}
+
+/// One error as cel-go displays it against its source (`Error.ToDisplayString`): 1-based line and
+/// column, the line, and a caret under the column.
+fn display(source: &str, offset: usize, message: &str) -> String {
+    let before: Vec<char> = source.chars().take(offset).collect();
+    let line_start = before.iter().rposition(|c| *c == '\n').map_or(0, |i| i + 1);
+    let line = before[..line_start].iter().filter(|c| **c == '\n').count() + 1;
+    let column = before.len() - line_start;
+    let snippet: String = source.chars().skip(line_start).take_while(|c| *c != '\n').collect();
+    let snippet = snippet.replace('\t', " ");
+    let caret: String = snippet.chars().take(column).map(|c| if c.len_utf8() > 1 { '\u{ff0e}' } else { '.' }).collect();
+    format!("ERROR: <input>:{line}:{}: {message}\n | {snippet}\n | {caret}^", column + 1)
+}
+
 struct Infer {
     vars: HashMap<String, Ty>,
+    /// What cel-go's checker would refuse, by the id of the node it is about.
+    issues: Vec<(u64, String)>,
 }
 
 impl Infer {
@@ -90,8 +188,17 @@ impl Infer {
                 LiteralValue::UInt(_) => Ty::Uint,
             },
             Expr::Ident(name) => self.vars.get(name).cloned().unwrap_or(Ty::Dyn),
-            Expr::Select(select) if select.test => Ty::Bool,
-            Expr::Select(select) => field(&self.expr(&select.operand), &select.field),
+            Expr::Select(select) => {
+                let operand = self.expr(&select.operand);
+                if let Some(why) = undeclared(&operand, &select.field) {
+                    self.issues.push((node.id, why));
+                    return Ty::Dyn;
+                }
+                match select.test {
+                    true => Ty::Bool,
+                    false => field(&operand, &select.field),
+                }
+            }
             Expr::List(list) => {
                 let items: Vec<Ty> = list.elements.iter().map(|e| self.expr(e)).collect();
                 Ty::List(Box::new(same(items)))
@@ -101,7 +208,10 @@ impl Infer {
                     .entries
                     .iter()
                     .map(|e| match &e.expr {
-                        EntryExpr::MapEntry(entry) => self.expr(&entry.value),
+                        EntryExpr::MapEntry(entry) => {
+                            self.expr(&entry.key);
+                            self.expr(&entry.value)
+                        }
                         EntryExpr::StructField(f) => self.expr(&f.value),
                     })
                     .collect();
@@ -112,7 +222,7 @@ impl Infer {
                 let range = self.expr(&c.iter_range);
                 let element = match &range {
                     Ty::List(item) => (**item).clone(),
-                    Ty::Map(_) | Ty::Object(_) => Ty::String,
+                    Ty::Map(_) | Ty::Object(..) => Ty::String,
                     _ => Ty::Dyn,
                 };
                 let saved = self.vars.clone();
@@ -122,6 +232,7 @@ impl Infer {
                 }
                 let init = self.expr(&c.accu_init);
                 self.vars.insert(c.accu_var.clone(), init);
+                self.expr(&c.loop_cond);
                 let step = self.expr(&c.loop_step);
                 self.vars.insert(c.accu_var.clone(), step);
                 let result = self.expr(&c.result);
@@ -130,24 +241,91 @@ impl Infer {
             }
             Expr::Call(call) if call.func_name == "_[_]" => {
                 let operand = call.args.first().map_or(Ty::Dyn, |a| self.expr(a));
+                call.args.iter().skip(1).for_each(|a| {
+                    self.expr(a);
+                });
                 match (&operand, call.args.get(1).map(|a| &a.expr)) {
-                    (Ty::Object(_), Some(Expr::Literal(LiteralValue::String(key)))) => field(&operand, key),
+                    (Ty::Object(..), Some(Expr::Literal(LiteralValue::String(key)))) => field(&operand, key),
                     (Ty::List(item), _) => (**item).clone(),
                     (Ty::Map(value), _) => (**value).clone(),
                     _ => Ty::Dyn,
                 }
             }
             Expr::Call(call) => {
-                let target = call.target.as_deref().map(|t| self.expr(t));
-                let args: Vec<Ty> = call.args.iter().map(|a| self.expr(a)).collect();
                 let namespace = match call.target.as_deref() {
                     Some(IdedExpr { expr: Expr::Ident(ns), .. }) if !self.vars.contains_key(ns) => Some(ns.as_str()),
                     _ => None,
                 };
+                let target = match namespace {
+                    Some(_) => None,
+                    None => call.target.as_deref().map(|t| self.expr(t)),
+                };
+                let args: Vec<Ty> = call.args.iter().map(|a| self.expr(a)).collect();
+                if namespace.is_none()
+                    && target.is_none()
+                    && let Some(operands) = no_overload(&call.func_name, &args)
+                {
+                    self.issues.push((
+                        node.id,
+                        format!("found no matching overload for '{}' applied to '({operands})'", call.func_name),
+                    ));
+                    return Ty::Dyn;
+                }
                 function(&call.func_name, namespace, target, args)
             }
         }
     }
+}
+
+/// Why selecting `name` from `operand` does not type-check: an object whose schema declares its
+/// fields (and keeps no others) and not this one, or a value that has no fields.
+fn undeclared(operand: &Ty, name: &str) -> Option<String> {
+    let schema = match operand {
+        Ty::Object(_, schema) => schema,
+        Ty::Map(_) | Ty::Dyn => return None,
+        other => return Some(format!("type '{}' does not support field selection", self::name(other))),
+    };
+    let schema = unwrapped(schema);
+    // An embedded object has apiVersion, kind and metadata whether its schema lists them or not.
+    let embedded =
+        schema["x-kubernetes-embedded-resource"] == true && ["apiVersion", "kind", "metadata"].contains(&name);
+    let open = embedded
+        || schema["x-kubernetes-preserve-unknown-fields"] == true
+        || schema.get("additionalProperties").is_some_and(|a| a.is_object() || *a == true);
+    let declared = schema["properties"].as_object().is_some_and(|p| p.contains_key(name));
+    (!open && !declared).then(|| format!("undefined field '{name}'"))
+}
+
+/// The operand types of an operator call that no overload of cel-go's standard library accepts, as
+/// cel-go lists them; `None` when one does, or when an operand's type is not known for certain.
+fn no_overload(function: &str, args: &[Ty]) -> Option<String> {
+    let scalar = |t: &Ty| {
+        matches!(t, Ty::Bool | Ty::Int | Ty::Uint | Ty::Double | Ty::String | Ty::Bytes | Ty::Timestamp | Ty::Duration)
+    };
+    let certain = |t: &Ty| scalar(t) || matches!(t, Ty::List(_) | Ty::Map(_));
+    if !args.iter().all(certain) {
+        return None;
+    }
+    let listed = || args.iter().map(name).collect::<Vec<_>>().join(", ");
+    let accepted = match (function, args) {
+        ("_+_", [a, b]) => match (a, b) {
+            (Ty::List(_), Ty::List(_)) => true,
+            (Ty::Timestamp, Ty::Duration) | (Ty::Duration, Ty::Timestamp) => true,
+            _ => a == b && matches!(a, Ty::Int | Ty::Uint | Ty::Double | Ty::String | Ty::Bytes | Ty::Duration),
+        },
+        ("_-_", [a, b]) => match (a, b) {
+            (Ty::Timestamp, Ty::Timestamp | Ty::Duration) => true,
+            _ => a == b && matches!(a, Ty::Int | Ty::Uint | Ty::Double | Ty::Duration),
+        },
+        ("_*_" | "_/_", [a, b]) => a == b && numeric(a),
+        ("_%_", [a, b]) => a == b && matches!(a, Ty::Int | Ty::Uint),
+        ("_<_" | "_<=_" | "_>_" | "_>=_", [a, b]) => a == b && scalar(a) || numeric(a) && numeric(b),
+        ("_&&_" | "_||_", [a, b]) => *a == Ty::Bool && *b == Ty::Bool,
+        ("!_", [a]) => *a == Ty::Bool,
+        ("-_", [a]) => matches!(a, Ty::Int | Ty::Double),
+        _ => true,
+    };
+    (!accepted).then(listed)
 }
 
 /// The one type every item has, or dyn.
@@ -173,10 +351,10 @@ fn unify(a: &Ty, b: &Ty) -> Option<Ty> {
     }
 }
 
-fn field(operand: &Ty, name: &str) -> Ty {
+fn field(operand: &Ty, field: &str) -> Ty {
     match operand {
-        Ty::Object(schema) => match schema["properties"].get(name) {
-            Some(property) => of_schema(property),
+        Ty::Object(name, schema) => match unwrapped(schema)["properties"].get(field) {
+            Some(property) => of_schema(property, &format!("{name}.{field}")),
             None => Ty::Dyn,
         },
         Ty::Map(value) => (**value).clone(),
@@ -302,12 +480,12 @@ fn declared(ty: &Ty) -> Value {
         }
         Ty::List(item) => json!({"type": "array", "items": declared(item)}),
         Ty::Map(value) => json!({"type": "object", "additionalProperties": declared(value)}),
-        Ty::Object(schema) => {
+        Ty::Object(_, schema) => {
             let properties: Map<String, Value> = schema["properties"]
                 .as_object()
                 .into_iter()
                 .flatten()
-                .map(|(name, property)| (name.clone(), declared(&of_schema(property))))
+                .map(|(name, property)| (name.clone(), declared(&of_schema(property, name))))
                 .collect();
             json!({"type": "object", "properties": properties})
         }
@@ -320,7 +498,8 @@ mod tests {
     use super::*;
 
     fn deployment() -> Ty {
-        of_schema(&json!({"type": "object", "properties": {
+        of_schema(
+            &json!({"type": "object", "properties": {
             "metadata": {"type": "object", "properties": {
                 "name": {"type": "string"},
                 "creationTimestamp": {"type": "string", "format": "date-time"},
@@ -332,12 +511,17 @@ mod tests {
                 "availableReplicas": {"type": "integer"},
                 "conditions": {"type": "array", "items": {"type": "object", "properties": {
                     "type": {"type": "string"}, "status": {"type": "string"},
-                    "lastUpdateTime": {"type": "string", "format": "date-time"}}}}}}}}))
+                    "lastUpdateTime": {"type": "string", "format": "date-time"}}}}}}}}),
+            "__type_deployment",
+        )
     }
 
     fn vars() -> HashMap<String, Ty> {
-        let schema = of_schema(&json!({"type": "object", "properties": {
-            "spec": {"type": "object", "properties": {"port": {"type": "integer"}, "name": {"type": "string"}}}}}));
+        let schema = of_schema(
+            &json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {"port": {"type": "integer"}, "name": {"type": "string"}}}}}),
+            "__type_schema",
+        );
         HashMap::from([("schema".to_owned(), schema), ("deployment".to_owned(), deployment())])
     }
 
@@ -367,6 +551,38 @@ mod tests {
         assert_eq!(t("deployment.?status.orValue(1)"), Ty::Dyn);
         assert_eq!(t("unknown.field"), Ty::Dyn);
         assert_eq!(t("random.seededString(8, schema.spec.name)"), Ty::String);
+    }
+
+    #[test]
+    fn what_cel_gos_checker_refuses_is_refused_in_its_words() {
+        let vars = vars();
+        let refused = |e: &str| check(e, &vars).unwrap_err();
+        assert_eq!(
+            refused("deployment.spec.nope"),
+            "ERROR: <input>:1:16: undefined field 'nope'\n | deployment.spec.nope\n | ...............^"
+        );
+        assert_eq!(
+            refused("schema.spec.name.first"),
+            "ERROR: <input>:1:17: type 'string' does not support field selection\n | schema.spec.name.first\n | \
+             ................^"
+        );
+        assert_eq!(
+            refused("schema.spec.port +\n  'x'"),
+            "ERROR: <input>:1:18: found no matching overload for '_+_' applied to '(int, string)'\n | schema.spec.port +\n | \
+             .................^"
+        );
+        assert!(refused("has(deployment.status.nope) && true").contains("undefined field 'nope'"));
+        assert!(refused("!schema.spec.port").contains("found no matching overload for '!_' applied to '(int)'"));
+        for fine in [
+            "deployment.metadata.labels.app",
+            "schema.spec.port + 1 > 2.5",
+            "deployment.?status.nope.orValue(1)",
+            "unknown.anything + 1",
+            "deployment.status.conditions.exists(c, c.type == 'Available')",
+            "schema.spec.name + string(schema.spec.port)",
+        ] {
+            assert!(check(fine, &vars).is_ok(), "{fine}: {:?}", check(fine, &vars));
+        }
     }
 
     #[test]
