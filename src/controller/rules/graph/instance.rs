@@ -703,7 +703,7 @@ mod tests {
 
         let mut broken = rgd.clone();
         broken["spec"]["schema"]["status"]["conditions"] = json!([
-            "${runtime.newCondition({type: 'A', status: 'Maybe'})}",
+            "${runtime.newCondition({type: 'A', status: 'May' + 'be'})}",
             "${runtime.newCondition({type: 'B', status: 'True'})}"
         ]);
         let decision = decide(&build(&broken).unwrap(), &origin(), &instance(), &[], &HashMap::new(), false, NOW);

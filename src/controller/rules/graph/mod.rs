@@ -2,6 +2,7 @@
 //! the CRD kro would generate for it, the resource graph and its order, and the conditions kro reports.
 
 pub mod applyset;
+pub mod authored;
 pub mod cel;
 pub mod check;
 pub mod compat;

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value, json};
 
+use super::authored;
 use super::cel::CONDITION_KEYS;
 use super::dag::Dag;
 use super::expr::{self, Path, Step, Template};
@@ -211,6 +212,8 @@ pub fn build(rgd: &Value) -> Result<Graph, String> {
     }
 
     let (status, conditions) = status_templates(schema.get("status"), &ids)?;
+    let expressions: Vec<String> = conditions.iter().map(|(expression, _)| expression.clone()).collect();
+    authored::check(&expressions).map_err(|e| format!("failed to build instance conditions: {e}"))?;
     let crd = crd(&api, schema, spec_schema, &status);
     Ok(Graph { api, crd, nodes, order, waves, status, conditions })
 }
