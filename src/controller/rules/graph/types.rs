@@ -88,6 +88,14 @@ pub fn name(ty: &Ty) -> String {
     }
 }
 
+/// How cel-go's checker writes a type in its errors: as `name` does, but null is `null`.
+fn checker_name(ty: &Ty) -> String {
+    match ty {
+        Ty::Null => "null".into(),
+        other => name(other),
+    }
+}
+
 /// Whether a value of type `output` may be written where `expected` is declared, as kro's
 /// `validateExpressionType` judges it: CEL's assignability, then kro's structural compatibility
 /// (`AreTypesStructurallyCompatible`). The error is kro's reason. Where samplectl's view of a type
@@ -244,12 +252,34 @@ impl Infer {
                 call.args.iter().skip(1).for_each(|a| {
                     self.expr(a);
                 });
+                if let Ty::Object(name, _) = &operand {
+                    // An object is a message to cel-go: it has fields, not keys.
+                    let key = call.args.get(1).map_or(Ty::Dyn, |a| self.expr(a));
+                    self.issues.push((
+                        node.id,
+                        format!("found no matching overload for '_[_]' applied to '({name}, {})'", checker_name(&key)),
+                    ));
+                }
                 match (&operand, call.args.get(1).map(|a| &a.expr)) {
                     (Ty::Object(..), Some(Expr::Literal(LiteralValue::String(key)))) => field(&operand, key),
                     (Ty::List(item), _) => (**item).clone(),
                     (Ty::Map(value), _) => (**value).clone(),
                     _ => Ty::Dyn,
                 }
+            }
+            // `a.?f`: the field, if `a` has it, as what it would be (samplectl does not type optionals).
+            Expr::Call(call) if call.func_name == "_?._" => {
+                let operand = call.args.first().map_or(Ty::Dyn, |a| self.expr(a));
+                let Some(Expr::Literal(LiteralValue::String(name))) = call.args.get(1).map(|a| &a.expr) else {
+                    return Ty::Dyn;
+                };
+                if let Ty::Object(..) = operand
+                    && let Some(why) = undeclared(&operand, name)
+                {
+                    self.issues.push((node.id, why));
+                    return Ty::Dyn;
+                }
+                field(&operand, name)
             }
             Expr::Call(call) => {
                 let namespace = match call.target.as_deref() {
@@ -283,7 +313,7 @@ fn undeclared(operand: &Ty, name: &str) -> Option<String> {
     let schema = match operand {
         Ty::Object(_, schema) => schema,
         Ty::Map(_) | Ty::Dyn => return None,
-        other => return Some(format!("type '{}' does not support field selection", self::name(other))),
+        other => return Some(format!("type '{}' does not support field selection", checker_name(other))),
     };
     let schema = unwrapped(schema);
     // An embedded object has apiVersion, kind and metadata whether its schema lists them or not.
@@ -302,11 +332,24 @@ fn no_overload(function: &str, args: &[Ty]) -> Option<String> {
     let scalar = |t: &Ty| {
         matches!(t, Ty::Bool | Ty::Int | Ty::Uint | Ty::Double | Ty::String | Ty::Bytes | Ty::Timestamp | Ty::Duration)
     };
+    let primitive =
+        |t: &Ty| matches!(t, Ty::Bool | Ty::Int | Ty::Uint | Ty::Double | Ty::String | Ty::Bytes | Ty::Null);
+    let listed = || args.iter().map(checker_name).collect::<Vec<_>>().join(", ");
+    // Equality and the conditional want their operands (branches) of one type; kro's environment has
+    // no cross-type numeric comparison.
+    let same_or_unknown = |a: &Ty, b: &Ty| a == b || !primitive(a) || !primitive(b);
+    match (function, args) {
+        ("_==_" | "_!=_", [a, b]) => return (!same_or_unknown(a, b)).then(listed),
+        ("_?_:_", [condition, a, b]) => {
+            let refused = (primitive(condition) && *condition != Ty::Bool) || !same_or_unknown(a, b);
+            return refused.then(listed);
+        }
+        _ => {}
+    }
     let certain = |t: &Ty| scalar(t) || matches!(t, Ty::List(_) | Ty::Map(_));
     if !args.iter().all(certain) {
         return None;
     }
-    let listed = || args.iter().map(name).collect::<Vec<_>>().join(", ");
     let accepted = match (function, args) {
         ("_+_", [a, b]) => match (a, b) {
             (Ty::List(_), Ty::List(_)) => true,
@@ -319,7 +362,7 @@ fn no_overload(function: &str, args: &[Ty]) -> Option<String> {
         },
         ("_*_" | "_/_", [a, b]) => a == b && numeric(a),
         ("_%_", [a, b]) => a == b && matches!(a, Ty::Int | Ty::Uint),
-        ("_<_" | "_<=_" | "_>_" | "_>=_", [a, b]) => a == b && scalar(a) || numeric(a) && numeric(b),
+        ("_<_" | "_<=_" | "_>_" | "_>=_", [a, b]) => a == b && scalar(a),
         ("_&&_" | "_||_", [a, b]) => *a == Ty::Bool && *b == Ty::Bool,
         ("!_", [a]) => *a == Ty::Bool,
         ("-_", [a]) => matches!(a, Ty::Int | Ty::Double),
@@ -573,10 +616,25 @@ mod tests {
         );
         assert!(refused("has(deployment.status.nope) && true").contains("undefined field 'nope'"));
         assert!(refused("!schema.spec.port").contains("found no matching overload for '!_' applied to '(int)'"));
+        assert!(
+            refused("schema.spec.port > 2.5").contains("no matching overload for '_>_' applied to '(int, double)'")
+        );
+        assert!(refused("deployment.spec.replicas == null").contains("'_==_' applied to '(int, null)'"));
+        assert!(
+            refused("schema.spec.port > 1 ? schema.spec.name : null")
+                .contains("'_?_:_' applied to '(bool, string, null)'")
+        );
+        assert!(
+            refused("deployment.metadata['name']").contains("'_[_]' applied to '(__type_deployment.metadata, string)'")
+        );
+        assert!(refused("deployment.?spec.nope.orValue(1)").contains("undefined field 'nope'"));
+        assert!(refused("deployment.?spec.replicas.nope").contains("type 'int' does not support field selection"));
         for fine in [
             "deployment.metadata.labels.app",
-            "schema.spec.port + 1 > 2.5",
-            "deployment.?status.nope.orValue(1)",
+            "double(schema.spec.port) + 1.0 > 2.5",
+            "deployment.metadata.labels == null ? 'a' : 'b'",
+            "schema.spec.port == 1 ? deployment.metadata.labels['x'] : 'y'",
+            "deployment.?status.availableReplicas.orValue(1)",
             "unknown.anything + 1",
             "deployment.status.conditions.exists(c, c.type == 'Available')",
             "schema.spec.name + string(schema.spec.port)",
