@@ -11,6 +11,7 @@ pub mod commands;
 pub mod controller;
 pub mod duration;
 pub mod error;
+pub mod go_json;
 pub mod logging;
 pub mod output;
 pub mod signal;

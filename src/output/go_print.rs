@@ -4,8 +4,6 @@
 //! sorted keys and `<`, `>`, `&` escaped, as `encoding/json` writes them. JSONPath templates, custom
 //! columns and `--sort-by` all print through here.
 
-use std::fmt::Write as _;
-
 use serde_json::{Number, Value};
 
 /// A float64 as Go's `%v` prints it: shortest digits, with an exponent below 1e-4 or from 1e6 up.
@@ -152,76 +150,8 @@ fn go_printable(c: char) -> bool {
 /// A JSON value as Go's `json.Marshal` writes it: compact, keys sorted, `<>&` and U+2028/9 escaped.
 pub fn go_json(value: &Value) -> String {
     let mut out = String::new();
-    json_into(value, &mut out);
+    crate::go_json::write(value, crate::go_json::Numbers::AsDecoded, &mut out);
     out
-}
-
-fn json_into(value: &Value, out: &mut String) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) if n.is_f64() => {
-            // encoding/json: %f-like below 1e21 and from 1e-6 up, else an exponent without zero padding.
-            let f = n.as_f64().unwrap_or_default();
-            let abs = f.abs();
-            if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
-                let text = go_float_with(f, 0, 0);
-                let (m, e) = text.split_once('e').expect("an exponent");
-                let (sign, digits) = e.split_at(1);
-                let digits = digits.trim_start_matches('0');
-                out.push_str(&format!("{m}e{}{digits}", if sign == "-" { "-" } else { "+" }));
-            } else {
-                out.push_str(&format!("{f}"));
-            }
-        }
-        Value::Number(n) => out.push_str(&n.to_string()),
-        Value::String(s) => json_string(s, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                json_into(item, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            out.push('{');
-            for (i, (key, value)) in sorted(map).into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                json_string(key, out);
-                out.push(':');
-                json_into(value, out);
-            }
-            out.push('}');
-        }
-    }
-}
-
-fn json_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\x08' => out.push_str("\\b"),
-            '\x0c' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]

@@ -655,6 +655,97 @@ fn a_graph_whose_types_do_not_fit_is_refused_in_kros_words() {
     forget_rgds(&names);
 }
 
+/// An accepted RGD is snapshotted in kro's GraphRevisions: `<rgd>-r00001`, labelled with the hash kro
+/// v0.9.4 gives the same spec, verified, owned by the RGD; a new one for each change of the spec, the
+/// oldest beyond five deleted, and none for a reconcile that changes nothing.
+#[test]
+fn an_accepted_graph_is_kept_in_kros_graph_revisions() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-revisions");
+    let name = "samplectl-it-revisions";
+    // The spec kro v0.9.4 labelled 5182846d90b1cda7 (as rules::graph::revision's unit test has it).
+    let spec = json!({
+        "resources": [{"id": "cm", "template": {"apiVersion": "v1", "data": {"a": "${schema.spec.n}"},
+            "kind": "ConfigMap", "metadata": {"name": "${schema.metadata.name}"}}}],
+        "schema": {"apiVersion": "v1alpha1", "group": "kro.run", "kind": "CondOk", "scope": "Namespaced",
+            "spec": {"n": "string"}, "status": {"conditions": [
+                "${runtime.newCondition({type: 'B', status: runtime.condition(schema, 'ResourcesReady').status})}",
+                "${runtime.newCondition({type: 'C', status: cm.data.a == 'x' ? 'True' : 'False'})}"]}}});
+    // What an earlier run left (its RGD's revisions, which the garbage collector may not have reached).
+    forget_rgds(&[name]);
+    let selector = format!("kro.run/resource-graph-definition-name={name}");
+    kubectl(&["delete", "graphrevisions", "-l", &selector, "--wait=true", "--timeout=30s"]).success();
+    let mut object = rgd(name, &ns.0, json!({}), json!([]));
+    object["spec"] = spec;
+    apply("default", &object);
+    let run = follow(&ns);
+    let revisions = || -> Vec<Value> {
+        let listed =
+            kubectl_json(&["get", "graphrevisions", "-l", &format!("kro.run/resource-graph-definition-name={name}")]);
+        listed["items"].as_array().cloned().unwrap_or_default()
+    };
+    let first = eventually(SOON, "the first revision verified", || {
+        let found = get("graphrevision", &format!("{name}-r00001"), None).ok_or("none")?;
+        match condition(&found, "GraphVerified").is_some_and(|c| c["status"] == "True") {
+            true => Ok(found),
+            false => Err(format!("{found}")),
+        }
+    });
+    let stored = get("rgd", name, None).unwrap();
+    assert_eq!(first["metadata"]["labels"]["kro.run/graph-revision-hash"], "5182846d90b1cda7");
+    assert_eq!(first["metadata"]["labels"]["kro.run/resource-graph-definition-name"], name);
+    assert_eq!(first["metadata"]["ownerReferences"][0]["uid"], stored["metadata"]["uid"]);
+    assert_eq!(first["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(first["spec"]["revision"], 1);
+    assert_eq!(first["spec"]["snapshot"]["spec"], stored["spec"]);
+    assert_eq!(first["status"]["topologicalOrder"], json!(["cm"]));
+    assert_eq!(condition(&first, "Ready").unwrap()["status"], "True");
+    assert_eq!(
+        eventually(SOON, "lastIssuedRevision set", || {
+            get("rgd", name, None).unwrap()["status"].get("lastIssuedRevision").cloned().ok_or("none".to_owned())
+        }),
+        1
+    );
+
+    for change in 2..=7 {
+        let data = format!(
+            "[{{\"op\":\"replace\",\"path\":\"/spec/resources/0/template/data/a\",\"value\":\"v{change}-${{schema.spec.n}}\"}}]"
+        );
+        kubectl(&["patch", "rgd", name, "--type=json", "-p", &data]).success();
+        eventually(SOON, &format!("revision {change}"), || {
+            let found = get("graphrevision", &format!("{name}-r{change:05}"), None).ok_or("none")?;
+            let status = get("rgd", name, None).unwrap()["status"].clone();
+            match status["lastIssuedRevision"] == change {
+                true => Ok(found),
+                false => Err(format!("{status}")),
+            }
+        });
+    }
+    let kept = eventually(SOON, "five revisions kept", || {
+        let mut numbers: Vec<i64> = revisions().iter().filter_map(|r| r["spec"]["revision"].as_i64()).collect();
+        numbers.sort();
+        match numbers.len() {
+            5 => Ok(numbers),
+            _ => Err(format!("{numbers:?}")),
+        }
+    });
+    assert_eq!(kept, [3, 4, 5, 6, 7]);
+    drop(run);
+    // Started again on the same spec, nothing new is issued.
+    let again = follow(&ns);
+    let running = format!("with the graph of ResourceGraphDefinition {name:?}");
+    eventually(SOON, "the RGD run again", || match again.stderr().contains(&running) {
+        true => Ok(()),
+        false => Err(again.stderr()),
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(revisions().len(), 5);
+    assert!(get("graphrevision", &format!("{name}-r00008"), None).is_none());
+    drop(again);
+    forget_rgds(&[name]);
+}
+
 /// Children an owner reference cannot reach, as kro makes them: a ConfigMap in another namespace and a
 /// ClusterRole, both owned by their labels (no owner reference), found again across namespaces, and
 /// deleted with the instance.

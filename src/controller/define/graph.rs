@@ -12,6 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use super::revisions;
 use crate::cluster::client::Connection;
 use crate::cluster::openapi;
 use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr, resolve_kind};
@@ -48,13 +49,6 @@ pub enum Outcome {
     Deleted,
 }
 
-fn refused_write(writer: &Writer) -> Result<(), String> {
-    match writer.fence.open() {
-        true => Ok(()),
-        false => Err("this process's Lease was not renewed in time; nothing is written".into()),
-    }
-}
-
 /// Runs one RGD as kro's RGD controller would, writing its finalizer, instance CRD and status. An error
 /// is what stops it (also written in its status, where it can be) and is tried again by the caller.
 /// `api` is the API the RGD was read through.
@@ -68,7 +62,7 @@ pub async fn define(
     let finalizers = rgd.metadata.finalizers.clone().unwrap_or_default();
     if rgd.metadata.deletion_timestamp.is_some() {
         if finalizers.iter().any(|f| f == FINALIZER) {
-            refused_write(writer)?;
+            writer.may_write()?;
             let kept: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
             let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": rgd.metadata.resource_version}});
             api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| {
@@ -83,7 +77,7 @@ pub async fn define(
     let rgd = match finalizers.iter().any(|f| f == FINALIZER) {
         true => rgd.clone(),
         false => {
-            refused_write(writer)?;
+            writer.may_write()?;
             let mut with = finalizers.clone();
             with.push(FINALIZER.to_owned());
             let patch = json!({"metadata": {"finalizers": with, "resourceVersion": rgd.metadata.resource_version}});
@@ -108,9 +102,11 @@ pub async fn define(
     let mut conditions =
         Conditions::read(current, DEPENDENTS, &["ResourceGraphAccepted"], (generation, false), &created, &now);
     let last_revision = object["status"]["lastIssuedRevision"].as_i64().unwrap_or_default();
-    let revision = if accepted_before { last_revision.max(1) } else { last_revision + 1 };
+    let mut revision = if accepted_before { last_revision.max(1) } else { last_revision + 1 };
 
-    let result = run(conn, &rgd, &object, &mut conditions, revision).await;
+    let mut issued = false;
+    let revisions = Some((writer, last_revision, &mut issued));
+    let result = run(conn, &rgd, &object, &mut conditions, (&mut revision, revisions)).await;
     let (order, resources) = match &result {
         Ok((graph, _)) => (Some(json!(graph.order)), Some(json!(rgd::resource_dependencies(graph)))),
         Err(_) => (object["status"].get("topologicalOrder").cloned(), object["status"].get("resources").cloned()),
@@ -126,13 +122,14 @@ pub async fn define(
     if let Some(resources) = resources.filter(|r| r.as_array().is_some_and(|a| !a.is_empty())) {
         status["resources"] = resources;
     }
-    if result.is_ok() {
+    // A revision issued stays issued whatever failed after it (the CRD, the controller).
+    if result.is_ok() || issued {
         status["lastIssuedRevision"] = json!(revision);
     } else if last_revision > 0 {
         status["lastIssuedRevision"] = json!(last_revision);
     }
     if object["status"] != status {
-        refused_write(writer)?;
+        writer.may_write()?;
         let patch = json!({"status": status});
         if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             tracing::warn!(
@@ -152,7 +149,7 @@ pub async fn from_manifest(conn: &Connection, rgd: &Value) -> Result<Definition,
     let object: DynamicObject = serde_json::from_value(rgd.clone()).map_err(|e| e.to_string())?;
     let now = now();
     let mut conditions = Conditions::read(Vec::new(), DEPENDENTS, &[], (1, false), &now, &now);
-    run(conn, &object, rgd, &mut conditions, 1).await.map(|(_, definition)| definition)
+    run(conn, &object, rgd, &mut conditions, (&mut 1, None)).await.map(|(_, definition)| definition)
 }
 
 /// Checks the graph's expressions against the types of what they read and write as kro does before
@@ -193,7 +190,7 @@ async fn run(
     rgd: &DynamicObject,
     object: &Value,
     conditions: &mut Conditions<'_>,
-    revision: i64,
+    (revision, revisions): (&mut i64, Option<(&Writer, i64, &mut bool)>),
 ) -> Result<(Graph, Definition), String> {
     let mut graph = match rgd::build(object) {
         Ok(graph) => graph,
@@ -248,6 +245,20 @@ async fn run(
         return Err(why);
     }
     conditions.set_true("GraphAccepted", "Valid", "resource graph and schema are valid");
+    // A stored RGD's snapshot is issued as kro's GraphRevision (`revisions`); one read from a file has none.
+    if let Some((writer, last_issued, issued)) = revisions {
+        match revisions::revise(conn, rgd, object, &graph, last_issued, &version_label(), writer).await {
+            Ok(Some(number)) => {
+                *revision = number;
+                *issued = true;
+            }
+            Ok(None) => {}
+            Err(why) => {
+                conditions.set_false("GraphRevisionsResolved", "Failed", &why);
+                return Err(why);
+            }
+        }
+    }
     conditions.set_true("GraphRevisionsResolved", "Resolved", &format!("revision {revision} compiled and active"));
 
     let name = rgd.metadata.name.clone().unwrap_or_default();

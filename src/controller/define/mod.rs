@@ -12,6 +12,7 @@ mod flags;
 pub mod graph;
 mod hooks;
 pub mod load;
+mod revisions;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

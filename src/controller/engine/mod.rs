@@ -106,6 +106,17 @@ pub struct Writer {
     pub fence: Fence,
 }
 
+impl Writer {
+    /// Nothing but an error while this process's Lease has not been renewed in time: what writes
+    /// outside a reconcile (an RGD's finalizer, status, revisions) asks before each write.
+    pub fn may_write(&self) -> Result<(), String> {
+        match self.fence.open() {
+            true => Ok(()),
+            false => Err("this process's Lease was not renewed in time; nothing is written".into()),
+        }
+    }
+}
+
 /// What every reconcile of one controller needs: its definition (held whole), the client, who it writes
 /// as, where it reports, what it remembers of each parent, and its Event queue.
 pub struct Context {

@@ -12,6 +12,7 @@ pub mod expr;
 pub mod instance;
 pub mod label_selector;
 pub mod plural;
+pub mod revision;
 pub mod rgd;
 pub mod schema;
 pub mod types;
