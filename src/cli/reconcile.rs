@@ -10,6 +10,7 @@ use crate::cluster::resolve::Gvr;
 use crate::controller::crd::serves_samples;
 use crate::controller::leader::Election;
 use crate::controller::leader::{default_member, incarnation};
+use crate::controller::rules::graph::rgd::Features;
 use crate::controller::rules::shard::{Member, check_member, check_ring};
 use crate::controller::sync::hook::Address;
 
@@ -91,6 +92,11 @@ pub struct ReconcileArgs {
     /// pod's termination grace period); 0 abandons it at once
     #[arg(long, default_value = "20s", value_parser = crate::duration::parse, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
+
+    /// kro's feature gates for ResourceGraphDefinitions, as kro takes them (e.g. CELOmitFunction=true);
+    /// all off unless given. samplectl has CELOmitFunction
+    #[arg(long, value_name = "GATES", value_parser = feature_gates)]
+    pub feature_gates: Option<Features>,
 
     /// Serve /healthz and /readyz on this address (e.g. 0.0.0.0:8081); off unless given
     #[arg(long, value_name = "ADDR")]
@@ -183,6 +189,11 @@ impl ReconcileArgs {
         if !hooked && self.finalize {
             return Some("--finalize calls a hook on deletion; give --hook or --hook-url too".into());
         }
+        if self.feature_gates.is_some() && self.filenames.is_empty() && !self.from_cluster {
+            return Some(
+                "--feature-gates are kro's, for ResourceGraphDefinitions; give -f or --from-cluster too".into(),
+            );
+        }
         if let Some(ring) = &self.shard_ring {
             if let Err(problem) = check_ring(ring) {
                 return Some(problem);
@@ -196,4 +207,28 @@ impl ReconcileArgs {
         }
         None
     }
+}
+
+/// `--feature-gates`: `Name=bool` pairs, comma-separated, as kro (and every Kubernetes component) reads
+/// them.
+fn feature_gates(text: &str) -> Result<Features, String> {
+    let mut features = Features::default();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((name, value)) = pair.split_once('=') else {
+            return Err(format!("missing bool value for {pair}"));
+        };
+        let on = match value.trim() {
+            "1" | "t" | "T" | "true" | "TRUE" | "True" => true,
+            "0" | "f" | "F" | "false" | "FALSE" | "False" => false,
+            other => return Err(format!("invalid value of {name}={other}: not a bool")),
+        };
+        match name.trim() {
+            "CELOmitFunction" => features.omit = on,
+            "InstanceConditionEvents" | "InstanceConditionMetrics" => {
+                return Err(format!("kro's feature gate {name} is not one samplectl has"));
+            }
+            other => return Err(format!("unrecognized feature gate: {other}")),
+        }
+    }
+    Ok(features)
 }

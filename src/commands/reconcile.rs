@@ -65,6 +65,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         sharding,
         serve,
         shutdown_timeout: args.shutdown_timeout,
+        kro_features: args.feature_gates.unwrap_or_default(),
     };
     run_controller(conn, settings).await
 }

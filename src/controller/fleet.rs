@@ -28,6 +28,7 @@ use super::define::load::from_value;
 use super::drive::watch::hub::Hub;
 use super::engine::{Context, Definition, Writer};
 use super::reconciling::{Driving, Reconciling};
+use super::rules::graph::rgd::Features;
 use super::serve::Serving;
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
@@ -43,6 +44,8 @@ pub struct Fleet {
     pub driving: Driving,
     /// The fence of the leader election it runs under, if any.
     pub writer: Writer,
+    /// kro's feature gates, for its ResourceGraphDefinitions.
+    pub kro_features: Features,
 }
 
 /// A controller object, as kind and name.
@@ -141,10 +144,10 @@ impl State<'_> {
         // /readyz waits for it as for a controller already started.
         self.serving.health.expect_more(1);
         self.defining.insert(key.clone(), now.clone());
-        let (conn, writer) = (self.conn.clone(), self.fleet.writer.clone());
+        let (conn, writer, features) = (self.conn.clone(), self.fleet.writer.clone(), self.fleet.kro_features);
         let api = self.apis[kind].clone();
         self.defined.spawn(async move {
-            let result = define(&conn, &writer, (kind, &api), &object).await;
+            let result = define(&conn, (&writer, features), (kind, &api), &object).await;
             (key, now, object, result)
         });
     }
@@ -234,12 +237,12 @@ impl State<'_> {
 /// `api` is the API `object` was read through (an RGD's status is written through it).
 async fn define(
     conn: &Connection,
-    writer: &Writer,
+    (writer, features): (&Writer, Features),
     (kind, api): (&'static str, &Api<DynamicObject>),
     object: &DynamicObject,
 ) -> Result<Option<Vec<Definition>>> {
     if kind == rgd::KIND {
-        return match rgd::define(conn, api, object, writer).await {
+        return match rgd::define(conn, api, object, (writer, features)).await {
             Ok(Outcome::Run(definition)) => Ok(Some(vec![*definition])),
             Ok(Outcome::Deleted) => Ok(None),
             Err(why) => Err(anyhow!(
@@ -249,7 +252,7 @@ async fn define(
         };
     }
     let parsed = from_value(serde_json::to_value(object)?)?;
-    Ok(Some(from_object(conn, &parsed).await?))
+    Ok(Some(from_object(conn, &parsed, features).await?))
 }
 
 fn same_type(a: &Resolved, b: &Resolved) -> bool {
@@ -478,7 +481,7 @@ impl Fleet {
         for (kind, api) in apis {
             for mut object in api.list(&params).await?.items {
                 object.types = Some(TypeMeta { api_version: api_version_of(kind).into(), kind: (*kind).into() });
-                match define(conn, &self.writer, (kind, api), &object).await {
+                match define(conn, (&self.writer, self.kro_features), (kind, api), &object).await {
                     Ok(defined) => definitions.extend(defined.into_iter().flatten()),
                     Err(err) => problems.push(format!("{err:#}")),
                 }

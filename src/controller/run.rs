@@ -33,16 +33,26 @@ use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
 const STATS_EVERY: Duration = Duration::from_secs(60);
 
 pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
-    let Settings { source, namespace, driver, concurrency, once, election, sharding, serve, shutdown_timeout } =
-        settings;
+    let Settings {
+        source,
+        namespace,
+        driver,
+        concurrency,
+        once,
+        election,
+        sharding,
+        serve,
+        shutdown_timeout,
+        kro_features,
+    } = settings;
     let driving = Driving { driver, concurrency, once };
     // Everything is resolved and checked before anything is served or written.
     let plan = match source {
         Source::Cluster { selector } => {
             let writer = Writer { member: None, fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default() };
-            Plan::Fleet(Fleet { selector, namespace: namespace.clone(), driving, writer })
+            Plan::Fleet(Fleet { selector, namespace: namespace.clone(), driving, writer, kro_features })
         }
-        Source::Manifests(paths) => Plan::Fixed(define::from_manifests(conn, &paths).await?),
+        Source::Manifests(paths) => Plan::Fixed(define::from_manifests(conn, &paths, kro_features).await?),
         Source::Flags { gvr, hook } => {
             let resolved = resolve_parent(conn, &gvr).await?;
             match hook {

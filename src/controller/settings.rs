@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::leader::Election;
+use super::rules::graph::rgd::Features;
 use super::rules::shard::Member;
 use super::sync::hook::Address;
 use crate::cluster::resolve::Gvr;
@@ -29,6 +30,8 @@ pub struct Settings {
     pub serve: Serve,
     /// How long the work in flight may take to finish once stopping.
     pub shutdown_timeout: Duration,
+    /// kro's feature gates for ResourceGraphDefinitions (`--feature-gates`).
+    pub kro_features: Features,
 }
 
 /// A replica's part in a shard ring: its member, and where and how its Leases are held (the same

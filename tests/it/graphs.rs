@@ -51,6 +51,14 @@ fn forget_rgds(names: &[&str]) {
     }
 }
 
+/// Takes kro's finalizer off instances nothing runs any more, so that their namespace can go.
+fn forget_instances(resource: &str, ns: &str, names: &[&str]) {
+    for name in names {
+        let finalizers = r#"{"metadata":{"finalizers":null}}"#;
+        let _ = kubectl(&["patch", resource, name, "-n", ns, "--type=merge", "-p", finalizers]);
+    }
+}
+
 fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
     object["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind)
 }
@@ -509,18 +517,7 @@ fn a_broken_graph_is_said_and_a_foreign_object_is_not_taken() {
     drop(run);
     forget_rgds(&[&cyclic, &fine, &twin]);
     kubectl(&["delete", "graphfines.graphs.samplectl.test", "--all", "-n", &ns.0, "--wait=false"]).success();
-    for name in ["taken", "free"] {
-        let _ = kubectl(&[
-            "patch",
-            "graphfines.graphs.samplectl.test",
-            name,
-            "-n",
-            &ns.0,
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ]);
-    }
+    forget_instances("graphfines.graphs.samplectl.test", &ns.0, &["taken", "free"]);
 }
 
 /// What kro refuses before it accepts an RGD for the types of what it reads and writes is refused with
@@ -744,6 +741,61 @@ fn an_accepted_graph_is_kept_in_kros_graph_revisions() {
     assert!(get("graphrevision", &format!("{name}-r00008"), None).is_none());
     drop(again);
     forget_rgds(&[name]);
+}
+
+/// `omit()` is kro's behind its CELOmitFunction gate: refused without `--feature-gates
+/// CELOmitFunction=true`, and with it a field (or list item) whose expression gives `omit()` is left out
+/// of the child. The gate is checked as kro checks its flag.
+#[test]
+fn omit_leaves_a_field_out_behind_kros_gate() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-omit");
+    let dir = tempfile::tempdir().unwrap();
+    let schema = json!({"apiVersion": "v1alpha1", "kind": "GraphOmit", "group": "graphs.samplectl.test",
+        "spec": {"note": "string | default=\"\""}});
+    let resources = json!([{"id": "config", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "${schema.metadata.name}"},
+        "data": {"note": "${schema.spec.note == '' ? omit() : schema.spec.note}", "kept": "yes"}}},
+        {"id": "job", "template": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "${schema.metadata.name}"},
+            "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c",
+                "image": "busybox", "args": ["first", "${schema.spec.note == '' ? omit() : schema.spec.note}", "last"]}]}}}}}]);
+    let path = dir.path().join("omit.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&rgd("samplectl-it-omit", "file", schema, resources)).unwrap())
+        .unwrap();
+    let path = path.display().to_string();
+
+    let refused = samplectl(&["reconcile", "-f", &path, "-n", &ns.0, "--once"]);
+    assert_eq!(refused.code, 1, "{refused:#?}");
+    assert!(refused.stderr.contains("omit() requires the CELOmitFunction feature gate to be enabled"), "{refused:#?}");
+    let unknown = samplectl(&["reconcile", "-f", &path, "--feature-gates", "Omit=true"]);
+    assert_eq!(unknown.code, 2, "{unknown:#?}");
+    assert!(unknown.stderr.contains("unrecognized feature gate: Omit"), "{unknown:#?}");
+    let alone = samplectl(&["reconcile", "--feature-gates", "CELOmitFunction=true"]);
+    assert_eq!(alone.code, 2, "{alone:#?}");
+    assert!(alone.stderr.contains("--feature-gates are kro's, for ResourceGraphDefinitions"), "{alone:#?}");
+
+    // The instance CRD is made by the first run that accepts the graph; the instances come after it.
+    let gate = ["--feature-gates", "CELOmitFunction=true"];
+    let first = samplectl(&[&["reconcile", "-f", &path, "-n", &ns.0, "--once"][..], &gate].concat());
+    assert_eq!(first.code, 0, "{first:#?}");
+    for (name, note) in [("blank", ""), ("noted", "hello")] {
+        apply(
+            &ns.0,
+            &json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphOmit",
+            "metadata": {"name": name}, "spec": {"note": note}}),
+        );
+    }
+    let once = samplectl(&[&["reconcile", "-f", &path, "-n", &ns.0, "--once", "--watch"][..], &gate].concat());
+    assert_eq!(once.code, 0, "{once:#?}");
+    assert_eq!(get("configmap", "blank", Some(&ns.0)).unwrap()["data"], json!({"kept": "yes"}));
+    assert_eq!(get("configmap", "noted", Some(&ns.0)).unwrap()["data"], json!({"kept": "yes", "note": "hello"}));
+    let args = |name: &str| {
+        get("job", name, Some(&ns.0)).unwrap()["spec"]["template"]["spec"]["containers"][0]["args"].clone()
+    };
+    assert_eq!(args("blank"), json!(["first", "last"]));
+    assert_eq!(args("noted"), json!(["first", "hello", "last"]));
+    forget_instances("graphomits.graphs.samplectl.test", &ns.0, &["blank", "noted"]);
 }
 
 /// Children an owner reference cannot reach, as kro makes them: a ConfigMap in another namespace and a

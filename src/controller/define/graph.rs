@@ -24,7 +24,7 @@ use crate::controller::rules::graph::check;
 use crate::controller::rules::graph::compat;
 use crate::controller::rules::graph::conditions::{Condition, Conditions};
 use crate::controller::rules::graph::instance::{FINALIZER, Origin};
-use crate::controller::rules::graph::rgd::{self, Graph, Source};
+use crate::controller::rules::graph::rgd::{self, Features, Graph, Source};
 use crate::controller::rules::selector::ParentSelector;
 use crate::controller::sync::Syncer;
 use crate::controller::sync::graph::{ExternalType, GraphSync};
@@ -56,7 +56,7 @@ pub async fn define(
     conn: &Connection,
     api: &Api<DynamicObject>,
     rgd: &DynamicObject,
-    writer: &Writer,
+    (writer, features): (&Writer, Features),
 ) -> Result<Outcome, String> {
     let name = rgd.metadata.name.clone().unwrap_or_default();
     let finalizers = rgd.metadata.finalizers.clone().unwrap_or_default();
@@ -106,7 +106,7 @@ pub async fn define(
 
     let mut issued = false;
     let revisions = Some((writer, last_revision, &mut issued));
-    let result = run(conn, &rgd, &object, &mut conditions, (&mut revision, revisions)).await;
+    let result = run(conn, (&rgd, &object, features), &mut conditions, (&mut revision, revisions)).await;
     let (order, resources) = match &result {
         Ok((graph, _)) => (Some(json!(graph.order)), Some(json!(rgd::resource_dependencies(graph)))),
         Err(_) => (object["status"].get("topologicalOrder").cloned(), object["status"].get("resources").cloned()),
@@ -145,11 +145,11 @@ pub async fn define(
 
 /// An RGD read from a manifest (`reconcile -f`), which is in no cluster: its graph checked, its types
 /// resolved and its instance CRD made, as for one stored, with no status or finalizer to write.
-pub async fn from_manifest(conn: &Connection, rgd: &Value) -> Result<Definition, String> {
+pub async fn from_manifest(conn: &Connection, rgd: &Value, features: Features) -> Result<Definition, String> {
     let object: DynamicObject = serde_json::from_value(rgd.clone()).map_err(|e| e.to_string())?;
     let now = now();
     let mut conditions = Conditions::read(Vec::new(), DEPENDENTS, &[], (1, false), &now, &now);
-    run(conn, &object, rgd, &mut conditions, (&mut 1, None)).await.map(|(_, definition)| definition)
+    run(conn, (&object, rgd, features), &mut conditions, (&mut 1, None)).await.map(|(_, definition)| definition)
 }
 
 /// Checks the graph's expressions against the types of what they read and write as kro does before
@@ -187,12 +187,11 @@ async fn check_types(conn: &Connection, graph: &mut Graph, types: &[(String, Str
 /// condition.
 async fn run(
     conn: &Connection,
-    rgd: &DynamicObject,
-    object: &Value,
+    (rgd, object, features): (&DynamicObject, &Value, Features),
     conditions: &mut Conditions<'_>,
     (revision, revisions): (&mut i64, Option<(&Writer, i64, &mut bool)>),
 ) -> Result<(Graph, Definition), String> {
-    let mut graph = match rgd::build(object) {
+    let mut graph = match rgd::build_with(object, features) {
         Ok(graph) => graph,
         Err(why) => {
             conditions.set_false("GraphAccepted", "InvalidResourceGraph", &why);

@@ -20,25 +20,28 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 
 use super::engine::Definition;
+use super::rules::graph::rgd::Features;
 use crate::cluster::client::Connection;
 pub use flags::{built_in, hooked};
 use load::Object;
 
 /// The definitions one controller object makes: one for a CompositeController, one per resource for a
 /// DecoratorController.
-pub async fn from_object(conn: &Connection, object: &Object) -> Result<Vec<Definition>> {
+pub async fn from_object(conn: &Connection, object: &Object, features: Features) -> Result<Vec<Definition>> {
     let what = format!("{} {:?}", object.kind(), object.name());
     let definitions = match object {
         Object::Composite(cc) => composite::define(conn, cc).await.map(|d| vec![d]),
         Object::Decorator(dc) => decorator::define(conn, dc).await,
-        Object::Graph(rgd) => graph::from_manifest(conn, rgd).await.map(|d| vec![d]).map_err(anyhow::Error::msg),
+        Object::Graph(rgd) => {
+            graph::from_manifest(conn, rgd, features).await.map(|d| vec![d]).map_err(anyhow::Error::msg)
+        }
     };
     definitions.map_err(|err| err.context(format!("cannot run {what}")))
 }
 
 /// Every controller the manifests at `paths` hold, resolved and checked: none of them runs unless all of
 /// them can.
-pub async fn from_manifests(conn: &Connection, paths: &[PathBuf]) -> Result<Vec<Definition>> {
+pub async fn from_manifests(conn: &Connection, paths: &[PathBuf], features: Features) -> Result<Vec<Definition>> {
     let objects = load::read(paths)?;
     if objects.is_empty() {
         let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
@@ -52,7 +55,7 @@ pub async fn from_manifests(conn: &Connection, paths: &[PathBuf]) -> Result<Vec<
         if !names.insert((object.kind(), object.name())) {
             bail!("{what} is given twice");
         }
-        let defined = from_object(conn, object).await?;
+        let defined = from_object(conn, object, features).await?;
         if let Object::Composite(_) = object {
             // Two composites of one parent type would fight over its children and status; decorators of
             // one type may sit side by side, each with its own attachments and keys.

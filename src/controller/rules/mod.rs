@@ -19,21 +19,10 @@ pub mod shard;
 pub mod status;
 
 /// JSON as Go's `encoding/json` writes it (metacontroller's revision names and kro's `json.marshal`
-/// depend on it): compact, keys sorted (serde_json's maps are), and `<`, `>`, `&`, U+2028 and U+2029
-/// escaped (they only occur inside strings).
+/// depend on it): see `crate::go_json`.
 pub fn go_json(value: &serde_json::Value) -> String {
-    let text = serde_json::to_string(value).unwrap_or_default();
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
+    let mut out = String::new();
+    crate::go_json::write(value, crate::go_json::Numbers::AsDecoded, &mut out);
     out
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 
-use super::expr::PARSER_ENV;
+use super::expr::{PARSER_ENV, visit};
 
 /// The condition types kro writes itself, which `runtime.condition(schema, ...)` may read.
 const KROS: &[&str] = &["Ready", "InstanceManaged", "GraphResolved", "ResourcesReady"];
@@ -112,38 +112,6 @@ fn entry<'a>(map: &'a IdedExpr, key: &str) -> Option<&'a str> {
         }
         EntryExpr::StructField(_) => None,
     })
-}
-
-/// Every node of an expression, parents first.
-fn visit(node: &IdedExpr, f: &mut impl FnMut(&IdedExpr)) {
-    f(node);
-    match &node.expr {
-        Expr::Select(select) => visit(&select.operand, f),
-        Expr::Call(call) => {
-            if let Some(target) = call.target.as_deref() {
-                visit(target, f);
-            }
-            call.args.iter().for_each(|a| visit(a, f));
-        }
-        Expr::List(list) => list.elements.iter().for_each(|e| visit(e, f)),
-        Expr::Map(map) => map.entries.iter().for_each(|e| match &e.expr {
-            EntryExpr::MapEntry(entry) => {
-                visit(&entry.key, f);
-                visit(&entry.value, f);
-            }
-            EntryExpr::StructField(field) => visit(&field.value, f),
-        }),
-        Expr::Struct(s) => s.entries.iter().for_each(|e| match &e.expr {
-            EntryExpr::MapEntry(entry) => visit(&entry.value, f),
-            EntryExpr::StructField(field) => visit(&field.value, f),
-        }),
-        Expr::Comprehension(c) => {
-            for part in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
-                visit(part, f);
-            }
-        }
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! kro's expressions evaluated in process: CEL with the standard macros, optional values (`a.?b`,
 //! `orValue`), the strings, lists, encoders and math extensions, and kro's own functions: those generated
 //! names depend on (`random.seededString` and `random.seededInt`, byte for byte as kro computes them),
-//! `json.marshal` / `json.unmarshal`, `hash.fnv64a` / `sha256` / `md5` (bytes), and maps' `merge` and
-//! `deepMerge` (the argument's entries win).
+//! `json.marshal` / `json.unmarshal`, `hash.fnv64a` / `sha256` / `md5` (bytes), maps' `merge` and
+//! `deepMerge` (the argument's entries win), and `omit()` (a template field left out; whether an RGD may
+//! use it is kro's feature gate, decided when it is read).
 //! An error that only says the data is not there yet (a missing key or field, an index out of range) is
 //! `Pending`, as kro reads it: the resource waits, nothing failed.
 
@@ -136,9 +137,25 @@ impl<'a> Scope<'a> {
     }
 }
 
+/// What `omit()` gives: not a value but the field's absence (kro's `CELOmitFunction`). Accepted only
+/// where kro's gate lets it in (`rgd::Features`), and only a whole template field may give it.
+#[derive(Debug, PartialEq, Eq)]
+struct Omit;
+
+impl cel::objects::Opaque for Omit {
+    fn runtime_type_name(&self) -> &str {
+        "kro.omit"
+    }
+}
+
+fn is_omit(value: &cel::Value) -> bool {
+    matches!(value, cel::Value::Opaque(o) if o.runtime_type_name() == "kro.omit")
+}
+
 /// A context with kro's functions, and no variables yet.
 fn kro_context() -> Context<'static, 'static> {
     let mut context = Context::with_env(ENV.clone());
+    context.add_function("omit", || cel::Value::Opaque(Arc::new(Omit))).expect(DISTINCT);
     context
         .add_function("random.seededString", |n: i64, seed: Arc<String>| {
             seeded_string(n, &seed)
@@ -307,14 +324,35 @@ fn at_index(function: &str, list: &[cel::Value], index: i64, inserting: bool) ->
 const DISTINCT: &str = "kro's functions have names of their own";
 
 impl Scope<'_> {
-    /// The value of one expression, as JSON.
-    pub fn evaluate(&self, expression: &str) -> Result<Value, Unresolved> {
+    fn execute(&self, expression: &str) -> Result<cel::Value, Unresolved> {
         let program = ENV.compile(expression).map_err(|e| Unresolved::Failed(e.to_string()))?;
-        let value = program.execute(&self.context).map_err(|e| match pending(&e) {
+        program.execute(&self.context).map_err(|e| match pending(&e) {
             true => Unresolved::Pending(e.to_string()),
             false => Unresolved::Failed(e.to_string()),
-        })?;
+        })
+    }
+
+    /// The value of one expression, as JSON.
+    pub fn evaluate(&self, expression: &str) -> Result<Value, Unresolved> {
+        let value = self.execute(expression)?;
+        if is_omit(&value) {
+            return Err(Unresolved::Failed("omit() can only be used in resource template expressions".into()));
+        }
         value.json().map_err(|e| Unresolved::Failed(e.to_string()))
+    }
+
+    /// A template field's value, or `None` when its expression gives `omit()`: the field is left out.
+    pub fn render_field(&self, template: &Template) -> Result<Option<Value>, Unresolved> {
+        match template {
+            Template::Whole(expression) => {
+                let value = self.execute(expression)?;
+                match is_omit(&value) {
+                    true => Ok(None),
+                    false => value.json().map(Some).map_err(|e| Unresolved::Failed(e.to_string())),
+                }
+            }
+            Template::Joined(_) => self.render(template).map(Some),
+        }
     }
 
     /// A template's value: the expression's for a whole one; the text with each expression's string put

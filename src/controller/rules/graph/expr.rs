@@ -116,6 +116,16 @@ pub enum Step {
     Index(usize),
 }
 
+impl Step {
+    /// An order in which a list's items come by index.
+    fn key(&self) -> (usize, &str) {
+        match self {
+            Step::Field(key) => (0, key.as_str()),
+            Step::Index(n) => (*n, ""),
+        }
+    }
+}
+
 /// Where a string with expressions sits in an object.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Path(pub Vec<Step>);
@@ -145,6 +155,37 @@ impl Path {
         let mut steps = self.0.clone();
         steps.push(step);
         Path(steps)
+    }
+
+    /// Takes the field or list item at this path out of `object`. Of several items of one list, the
+    /// last is to be taken first (`remove_all`).
+    fn remove(&self, object: &mut Value) {
+        let Some((last, parents)) = self.0.split_last() else { return };
+        let mut at = object;
+        for step in parents {
+            at = match step {
+                Step::Field(key) => &mut at[key.as_str()],
+                Step::Index(n) => &mut at[*n],
+            };
+        }
+        match (last, at) {
+            (Step::Field(key), Value::Object(map)) => {
+                map.remove(key);
+            }
+            (Step::Index(n), Value::Array(items)) if *n < items.len() => {
+                items.remove(*n);
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes every one of `paths` out of `object` (the fields an `omit()` left out), the items of a
+    /// list from the last.
+    pub fn remove_all(mut paths: Vec<&Path>, object: &mut Value) {
+        paths.sort_by(|a, b| b.0.iter().map(Step::key).cmp(a.0.iter().map(Step::key)));
+        for path in paths {
+            path.remove(object);
+        }
     }
 
     /// Puts `value` at this path in `object`, which holds the path already (it is where the template was).
@@ -205,6 +246,55 @@ pub fn identifiers(expression: &str) -> Result<BTreeSet<String>, String> {
     let mut names = BTreeSet::new();
     collect(program.expression(), &mut Vec::new(), &mut names);
     Ok(names)
+}
+
+/// The functions `expression` calls, by name: `size`, or through a library namespace, `random.seededString`.
+pub fn calls(expression: &str) -> Result<BTreeSet<String>, String> {
+    let program = PARSER_ENV.compile(expression).map_err(|e| e.to_string())?;
+    let mut found = BTreeSet::new();
+    visit(program.expression(), &mut |node| {
+        if let Expr::Call(call) = &node.expr {
+            found.insert(match call.target.as_deref() {
+                Some(IdedExpr { expr: Expr::Ident(ns), .. }) if NAMESPACES.contains(&ns.as_str()) => {
+                    format!("{ns}.{}", call.func_name)
+                }
+                _ => call.func_name.clone(),
+            });
+        }
+    });
+    Ok(found)
+}
+
+/// Every node of an expression, parents first.
+pub fn visit(node: &IdedExpr, f: &mut impl FnMut(&IdedExpr)) {
+    f(node);
+    match &node.expr {
+        Expr::Select(select) => visit(&select.operand, f),
+        Expr::Call(call) => {
+            if let Some(target) = call.target.as_deref() {
+                visit(target, f);
+            }
+            call.args.iter().for_each(|a| visit(a, f));
+        }
+        Expr::List(list) => list.elements.iter().for_each(|e| visit(e, f)),
+        Expr::Map(map) => map.entries.iter().for_each(|e| match &e.expr {
+            EntryExpr::MapEntry(entry) => {
+                visit(&entry.key, f);
+                visit(&entry.value, f);
+            }
+            EntryExpr::StructField(field) => visit(&field.value, f),
+        }),
+        Expr::Struct(s) => s.entries.iter().for_each(|e| match &e.expr {
+            EntryExpr::MapEntry(entry) => visit(&entry.value, f),
+            EntryExpr::StructField(field) => visit(&field.value, f),
+        }),
+        Expr::Comprehension(c) => {
+            for part in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+                visit(part, f);
+            }
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
 }
 
 fn collect(node: &IdedExpr, bound: &mut Vec<String>, names: &mut BTreeSet<String>) {
@@ -307,5 +397,23 @@ mod tests {
         let names = identifiers("input.?data.ECHO_VALUE.orValue(\"not found\")").unwrap();
         assert_eq!(names, BTreeSet::from(["input".to_owned()]));
         assert!(identifiers("a +").is_err());
+    }
+
+    #[test]
+    fn omitted_fields_and_items_are_taken_out() {
+        let mut object = json!({"a": {"b": 1, "c": 2}, "l": [0, 1, 2, 3, 4]});
+        let paths = [
+            Path(vec![Step::Field("l".into()), Step::Index(1)]),
+            Path(vec![Step::Field("a".into()), Step::Field("b".into())]),
+            Path(vec![Step::Field("l".into()), Step::Index(3)]),
+        ];
+        Path::remove_all(paths.iter().collect(), &mut object);
+        assert_eq!(object, json!({"a": {"c": 2}, "l": [0, 2, 4]}));
+    }
+
+    #[test]
+    fn calls_are_named_with_their_namespace() {
+        let found = calls("random.seededString(8, x) + string(size(y.map(i, omit())))").unwrap();
+        assert_eq!(found, BTreeSet::from(["_+_", "random.seededString", "string", "size", "omit"].map(str::to_owned)));
     }
 }

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use super::applyset::{self, Inventory};
 use super::cel::{CONDITION_KEYS, Scope, Unresolved};
 use super::conditions::Conditions;
+use super::expr::Path;
 use super::rgd::{Graph, Node, Source};
 
 pub const FINALIZER: &str = "kro.run/finalizer";
@@ -425,9 +426,11 @@ fn walk_node(
                 return collection(graph, origin, instance, node, template, &scope, &observed, desired);
             }
             let mut body = template.clone();
+            let mut omitted = Vec::new();
             for (path, expression) in &node.templates {
-                match scope.render(expression) {
-                    Ok(value) => path.set(&mut body, value),
+                match scope.render_field(expression) {
+                    Ok(Some(value)) => path.set(&mut body, value),
+                    Ok(None) => omitted.push(path),
                     Err(Unresolved::Pending(why)) => {
                         keep_observed(desired);
                         return (NodeState::InProgress(why), None);
@@ -438,6 +441,7 @@ fn walk_node(
                     }
                 }
             }
+            Path::remove_all(omitted, &mut body);
             mark(&mut body, graph, instance, node, origin, None);
             let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
             desired.push(body);
@@ -521,9 +525,11 @@ fn collection(
         variables.extend(dimensions.iter().zip(combination).map(|((name, _), item)| (*name, *item)));
         let item_scope = Scope::new(variables);
         let mut body = template.clone();
+        let mut omitted = Vec::new();
         for (path, expression) in &node.templates {
-            match item_scope.render(expression) {
-                Ok(value) => path.set(&mut body, value),
+            match item_scope.render_field(expression) {
+                Ok(Some(value)) => path.set(&mut body, value),
+                Ok(None) => omitted.push(path),
                 Err(Unresolved::Pending(why)) => {
                     desired.extend(observed.iter().map(|o| kept(o)));
                     return (NodeState::InProgress(why), None);
@@ -531,6 +537,7 @@ fn collection(
                 Err(Unresolved::Failed(why)) => return (NodeState::Error(format!("{path}: {why}")), None),
             }
         }
+        Path::remove_all(omitted, &mut body);
         mark(&mut body, graph, instance, node, origin, Some((index, size)));
         names.push(body["metadata"]["name"].as_str().unwrap_or_default().to_owned());
         desired.push(body);

@@ -172,6 +172,45 @@ fn string<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
 
 /// Reads and checks `rgd` (the whole object), as kro's builder does.
 pub fn build(rgd: &Value) -> Result<Graph, String> {
+    build_with(rgd, Features::default())
+}
+
+/// kro's feature gates that change what an RGD may hold (`--feature-gates`), all off by default as in kro.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Features {
+    /// `CELOmitFunction`: `omit()` in a template field leaves the field out.
+    pub omit: bool,
+}
+
+const OMIT_ONLY_IN_TEMPLATES: &str = "omit() can only be used in resource template expressions";
+
+fn uses_omit(expression: &str) -> bool {
+    expr::calls(expression).is_ok_and(|calls| calls.contains("omit"))
+}
+
+/// Where kro refuses `omit()` once its gate lets it into templates: in forEach, and in a resource's
+/// name. (readyWhen, status fields and conditions refuse it whatever the gate says.)
+fn check_omit(node: &Node) -> Result<(), String> {
+    let id = &node.id;
+    if let Some((iterator, _)) = node.for_each.iter().find(|(_, e)| uses_omit(e)) {
+        return Err(format!(
+            "failed to validate resource {id:?}: node {id:?}: forEach iterator {iterator:?}: {OMIT_ONLY_IN_TEMPLATES}"
+        ));
+    }
+    for (path, template) in &node.templates {
+        let path = path.to_string();
+        if path == "metadata.name" && template.expressions().iter().any(|e| uses_omit(e)) {
+            return Err(format!(
+                "resource {id:?}: omit() cannot be used at path {path:?} \u{2014} the field is required and must resolve \
+                 to a concrete value"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads and checks `rgd` as kro's builder does with the feature gates `features`.
+pub fn build_with(rgd: &Value, features: Features) -> Result<Graph, String> {
     let name = string(rgd, &["metadata", "name"]).unwrap_or_default();
     let spec = &rgd["spec"];
     let schema = &spec["schema"];
@@ -201,12 +240,16 @@ pub fn build(rgd: &Value) -> Result<Graph, String> {
             .map_err(|e| format!("failed to build dependency graph: failed to add vertex to graph: {e}"))?;
     }
     for node in &mut nodes {
-        node.dependencies = dependencies(node, &ids).map_err(|e| format!("failed to build dependency graph: {e}"))?;
+        node.dependencies =
+            dependencies(node, &ids, features).map_err(|e| format!("failed to build dependency graph: {e}"))?;
         let on: Vec<String> = node.dependencies.iter().cloned().collect();
         dag.depend(&node.id, &on).map_err(|e| format!("failed to build dependency graph: {e}"))?;
     }
     let order = dag.order().map_err(|e| format!("failed to get topological order: {e}"))?;
     let waves = dag.waves();
+    if features.omit {
+        nodes.iter().try_for_each(check_omit)?;
+    }
     for node in &nodes {
         check_ready_when(node).map_err(|e| format!("failed to validate resource {:?}: {e}", node.id))?;
     }
@@ -214,6 +257,9 @@ pub fn build(rgd: &Value) -> Result<Graph, String> {
     let (status, conditions) = status_templates(schema.get("status"), &ids)?;
     let expressions: Vec<String> = conditions.iter().map(|(expression, _)| expression.clone()).collect();
     authored::check(&expressions).map_err(|e| format!("failed to build instance conditions: {e}"))?;
+    if let Some(expression) = expressions.iter().find(|e| uses_omit(e)) {
+        return Err(format!("failed to build instance conditions: condition {expression:?}: {OMIT_ONLY_IN_TEMPLATES}"));
+    }
     let crd = crd(&api, schema, spec_schema, &status);
     Ok(Graph { api, crd, nodes, order, waves, status, conditions })
 }
@@ -365,7 +411,7 @@ fn node(resource: &Value, index: usize) -> Result<Node, String> {
 
 /// The resources a node's template, forEach and includeWhen expressions read; every other identifier
 /// must be `schema` or one of its iterators.
-fn dependencies(node: &Node, ids: &BTreeSet<String>) -> Result<BTreeSet<String>, String> {
+fn dependencies(node: &Node, ids: &BTreeSet<String>, features: Features) -> Result<BTreeSet<String>, String> {
     let iterators: Vec<&str> = node.for_each.iter().map(|(name, _)| name.as_str()).collect();
     let mut dependencies = BTreeSet::new();
     let mut used_iterators = BTreeSet::new();
@@ -377,6 +423,13 @@ fn dependencies(node: &Node, ids: &BTreeSet<String>) -> Result<BTreeSet<String>,
      -> Result<(), String> {
         let names = expr::identifiers(expression)
             .map_err(|e| format!("{what}: failed to parse expression {expression:?}: {e}"))?;
+        let calls = expr::calls(expression).unwrap_or_default();
+        if !features.omit && calls.contains("omit") {
+            return Err(format!("{what}: omit() requires the CELOmitFunction feature gate to be enabled"));
+        }
+        if names.contains("runtime") || calls.iter().any(|c| c.starts_with("runtime.")) {
+            return Err(format!("{what}: runtime is only available in status.conditions expressions"));
+        }
         let mut unknown = Vec::new();
         for name in names {
             if name == "schema" {
@@ -442,6 +495,9 @@ fn dependencies(node: &Node, ids: &BTreeSet<String>) -> Result<BTreeSet<String>,
 /// readyWhen reads only the resource itself (or `each`, an item of a collection).
 fn check_ready_when(node: &Node) -> Result<(), String> {
     for expression in &node.ready_when {
+        if uses_omit(expression) {
+            return Err(format!("resource {:?} readyWhen: {OMIT_ONLY_IN_TEMPLATES}", node.id));
+        }
         let names = expr::identifiers(expression).map_err(|e| format!("readyWhen: {e}"))?;
         for name in names {
             let allowed = name == node.id || (name == "each" && node.is_collection());
@@ -528,6 +584,12 @@ fn status_fields(status: Option<&Value>, ids: &BTreeSet<String>) -> Result<Statu
         for expression in template.expressions() {
             let names = expr::identifiers(expression)
                 .map_err(|e| format!("status field {path:?} expression {expression:?}: {e}"))?;
+            if uses_omit(expression) {
+                return Err(format!(
+                    "status field {:?} expression {expression:?}: {OMIT_ONLY_IN_TEMPLATES}",
+                    path.to_string()
+                ));
+            }
             if !names.iter().any(|n| n == "schema" || ids.contains(n)) {
                 return Err(format!("instance status field must refer to a resource or schema: {path}"));
             }
@@ -727,6 +789,41 @@ mod tests {
                 json!({"id": "deployment", "dependencies": [{"id": "config"}]}),
                 json!({"id": "service", "dependencies": [{"id": "deployment"}]})
             ]
+        );
+    }
+
+    #[test]
+    fn omit_waits_for_kros_gate_and_stays_in_template_fields() {
+        let mut with_omit = deployment("a", "${schema.metadata.name}");
+        with_omit["template"]["spec"] = json!({"paused": "${omit()}"});
+        let off = build(&rgd(json!([with_omit.clone()]))).unwrap_err();
+        assert_eq!(
+            off,
+            "failed to build dependency graph: failed to extract dependencies: omit() requires the CELOmitFunction \
+             feature gate to be enabled"
+        );
+        let on = Features { omit: true };
+        assert!(build_with(&rgd(json!([with_omit.clone()])), on).is_ok());
+        let named = deployment("a", "${schema.spec.on ? omit() : 'x'}");
+        assert_eq!(
+            build_with(&rgd(json!([named])), on).unwrap_err(),
+            "resource \"a\": omit() cannot be used at path \"metadata.name\" \u{2014} the field is required and must \
+             resolve to a concrete value"
+        );
+        let mut ready = with_omit.clone();
+        ready["readyWhen"] = json!(["${omit() == null}"]);
+        assert_eq!(
+            build_with(&rgd(json!([ready])), on).unwrap_err(),
+            "failed to validate resource \"a\": resource \"a\" readyWhen: omit() can only be used in resource \
+             template expressions"
+        );
+        let mut each = with_omit;
+        each["forEach"] = json!([{"x": "${[omit()]}"}]);
+        each["template"]["metadata"]["name"] = json!("${schema.metadata.name}-${x}");
+        assert!(
+            build_with(&rgd(json!([each])), on)
+                .unwrap_err()
+                .ends_with("forEach iterator \"x\": omit() can only be used in resource template expressions")
         );
     }
 
