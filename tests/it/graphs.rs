@@ -940,6 +940,16 @@ fn graphs_are_read_from_files() {
     assert_eq!(get("configmap", "m-note-echo", Some(&ns.0)).unwrap()["data"]["note"], "hi");
     let m = get("graphfromfiles.graphs.samplectl.test", "m", Some(&ns.0)).unwrap();
     assert_eq!(m["status"]["state"], "ACTIVE", "{}", m["status"]);
+    // And so does --once with the poll driver, a pass for each resource that waits for another.
+    let polled =
+        json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphFromFile", "metadata": {"name": "p"}});
+    apply(&ns.0, &polled);
+    let once = samplectl(&["reconcile", "-f", &dependent, "-n", &ns.0, "--once"]);
+    assert_eq!(once.code, 0, "{once:#?}");
+    assert_eq!(get("configmap", "p-note-echo", Some(&ns.0)).unwrap()["data"]["note"], "hi");
+    let p = get("graphfromfiles.graphs.samplectl.test", "p", Some(&ns.0)).unwrap();
+    assert_eq!(p["status"]["state"], "ACTIVE", "{}", p["status"]);
+    forget_instances("graphfromfiles.graphs.samplectl.test", &ns.0, &["p"]);
     kubectl(&[
         "patch",
         "graphfromfiles.graphs.samplectl.test",

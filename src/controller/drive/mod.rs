@@ -18,6 +18,10 @@ use std::time::Duration;
 use crate::controller::engine::{Context, ReconcileError};
 use crate::controller::rules::next::{Again, Done, after};
 
+/// The most reconciles `--once` gives one parent, with either driver: one that wrote something and is
+/// not Ready yet is looked at again, up to this many times.
+pub const PASSES: u32 = 10;
+
 /// What a driver does after one reconcile, once the retry store has learnt of it.
 #[derive(Debug)]
 pub struct Concluded {

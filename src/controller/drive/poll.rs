@@ -10,8 +10,8 @@
 //! still running is not started again. Failures back off per parent; a parent blocked by someone else's
 //! object is looked at again with a backoff of its own, capped at
 //! [`CONFLICT_RECHECK_MAX`](crate::controller::engine::backoff::CONFLICT_RECHECK_MAX), rather than costing a request every
-//! tick. Both backoffs live in the context's one store. `--once` lists the children instead (one pass
-//! needs no watch).
+//! tick. Both backoffs live in the context's one store. `--once` lists the children instead (a pass
+//! needs no watch), and again for each further pass over the parents that wrote and are not Ready yet.
 //!
 //! Memory stays bounded by the parents kept, not by a tick: lists are taken a page at a time (whole
 //! objects go into the cache as their page comes, metadata is looked at and dropped), and the parents
@@ -41,7 +41,7 @@ use crate::controller::drive::changes::parent_print;
 use crate::controller::drive::owners::{Child, Owners, observed, take_in};
 use crate::controller::drive::place::{Place, place};
 use crate::controller::drive::watch::hub::Hub;
-use crate::controller::drive::{Concluded, conclude};
+use crate::controller::drive::{Concluded, PASSES, conclude};
 use crate::controller::engine::request::{Failed, bounded};
 use crate::controller::engine::{Context, ReconcileError};
 use crate::controller::rules::next::{Done, Outcome};
@@ -181,6 +181,8 @@ struct State {
     children: Arc<Children>,
     /// For `--once`: the parents found not Ready.
     not_ready: Vec<String>,
+    /// For `--once` after its first pass: the only parents (by uid) to look at again.
+    only: Option<HashSet<String>>,
     /// The uids the last tick listed: one no longer listed (deleted, or moved to another shard member) is
     /// forgotten by every store of the context.
     known: HashSet<String>,
@@ -334,7 +336,7 @@ impl Poll {
         related: &HashMap<String, Vec<ObjectMeta>>,
         (now, once): (Instant, bool),
     ) -> Option<Waiting> {
-        if state.running.contains(&uid) {
+        if state.running.contains(&uid) || state.only.as_ref().is_some_and(|only| !only.contains(&uid)) {
             return None;
         }
         let children = &state.children;
@@ -380,9 +382,59 @@ impl Poll {
         }
     }
 
+    /// `--once`: every parent reconciled, then (its children listed afresh) again while it wrote
+    /// something and is not Ready yet, as a graph whose next resource waits for the one just made, up
+    /// to [`PASSES`] reconciles each. The result is where each rests.
+    async fn run_once(&self) -> anyhow::Result<Pass> {
+        let mut only = None;
+        let mut parents = 0;
+        let mut not_ready: Vec<(String, String)> = Vec::new();
+        for pass in 1..=PASSES {
+            let children = Arc::new(self.children(true).await?);
+            let cache = Cache::default();
+            let workers = Workers::start(self.concurrency.max(1), &self.ctx, &cache, &children);
+            let mut state = State {
+                running: HashSet::new(),
+                workers,
+                synced: HashMap::new(),
+                parents: cache,
+                children,
+                not_ready: Vec::new(),
+                known: HashSet::new(),
+                only: only.take(),
+            };
+            let listed = self.tick(&mut state, true).await?;
+            self.ctx.listed();
+            if pass == 1 {
+                parents = listed;
+            }
+            state.workers.close(false);
+            let mut again = HashSet::new();
+            while let Some((uid, at, _, result)) = state.workers.finished().await {
+                let wrote = result.as_ref().is_ok_and(|done| done.wrote);
+                let Concluded { not_ready: why, .. } = conclude(&self.ctx, &uid, &result);
+                not_ready.retain(|(seen, _)| *seen != uid);
+                match why {
+                    Some(_) if wrote && pass < PASSES => drop(again.insert(uid)),
+                    Some(why) => not_ready.push((uid, format!("{at} ({why})"))),
+                    None => {}
+                }
+            }
+            state.workers.check().await?;
+            if again.is_empty() {
+                break;
+            }
+            only = Some(again);
+        }
+        Ok(Pass { parents, not_ready: not_ready.into_iter().map(|(_, line)| line).collect() })
+    }
+
     /// Ticks every `interval` until `stop` turns true, then lets the reconciles already running finish.
-    /// With `once`, one tick, and the result once its reconciles are done.
+    /// With `once`, the parents brought to rest (`run_once`) and where they rest.
     pub async fn run(&self, once: bool, mut stop: watch::Receiver<bool>) -> anyhow::Result<Option<Pass>> {
+        if once {
+            return self.run_once().await.map(Some);
+        }
         let children = Arc::new(self.children(once).await?);
         // Nothing is reconciled before every child cache holds its first full list, or a reconcile
         // would miss its children in it and create them again. Until then the watches report their own
@@ -402,6 +454,7 @@ impl Poll {
             children,
             not_ready: Vec::new(),
             known: HashSet::new(),
+            only: None,
         };
         loop {
             let started = Instant::now();

@@ -11,8 +11,7 @@ use tokio::sync::watch;
 
 use crate::controller::drive::place::Place;
 
-/// The most reconciles `--once` gives one parent.
-pub const PASSES: u32 = 10;
+use crate::controller::drive::PASSES;
 
 pub struct Once {
     /// `None` until the parents have been listed; then each parent still to rest, with its reconciles
