@@ -16,32 +16,37 @@ const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 /// and its descriptions dropped. A type that refers to itself (JSONSchemaProps) is left open where it
 /// recurs, and nothing is inlined deeper than `depth` levels.
 pub fn inline(schema: &Value, components: &Map<String, Value>, depth: usize) -> Value {
-    fn go(schema: &Value, components: &Map<String, Value>, seen: &mut Vec<String>, depth: usize) -> Value {
+    /// `names`: `schema` is a map of names to schemas (`properties`), whose keys are field names, not
+    /// keywords, and are all kept (a field may be called `description`).
+    fn go(schema: &Value, components: &Map<String, Value>, seen: &mut Vec<String>, depth: usize, names: bool) -> Value {
         match schema {
             Value::Object(fields) => {
-                if let Some(reference) = fields.get("$ref").and_then(Value::as_str) {
+                if !names && let Some(reference) = fields.get("$ref").and_then(Value::as_str) {
                     let name = reference.trim_start_matches("#/components/schemas/").to_owned();
                     if depth == 0 || seen.contains(&name) {
                         return json!({});
                     }
                     let Some(target) = components.get(&name) else { return json!({}) };
                     seen.push(name);
-                    let inlined = go(target, components, seen, depth - 1);
+                    let inlined = go(target, components, seen, depth - 1, false);
                     seen.pop();
                     return inlined;
                 }
                 fields
                     .iter()
-                    .filter(|(k, _)| k.as_str() != "description")
-                    .map(|(k, v)| (k.clone(), go(v, components, seen, depth)))
+                    .filter(|(k, _)| names || k.as_str() != "description")
+                    .map(|(k, v)| {
+                        let holds_names = !names && matches!(k.as_str(), "properties" | "patternProperties");
+                        (k.clone(), go(v, components, seen, depth, holds_names))
+                    })
                     .collect::<Map<_, _>>()
                     .into()
             }
-            Value::Array(items) => items.iter().map(|v| go(v, components, seen, depth)).collect(),
+            Value::Array(items) => items.iter().map(|v| go(v, components, seen, depth, false)).collect(),
             other => other.clone(),
         }
     }
-    go(schema, components, &mut Vec::new(), depth)
+    go(schema, components, &mut Vec::new(), depth, false)
 }
 
 /// The schemas of some kinds, and ObjectMeta's.
@@ -49,6 +54,10 @@ pub fn inline(schema: &Value, components: &Map<String, Value>, depth: usize) -> 
 pub struct KindSchemas {
     /// By (apiVersion, kind); a kind the server publishes no schema for is absent.
     pub kinds: HashMap<(String, String), Value>,
+    /// The apiVersions whose document the server publishes.
+    pub documents: std::collections::HashSet<String>,
+    /// Whether the server publishes OpenAPI v3 at all (`/openapi/v3` is there).
+    pub published: bool,
     pub object_meta: Value,
 }
 
@@ -79,7 +88,12 @@ fn kind_schema<'a>(document: &'a Value, api_version: &str, kind: &str) -> Option
 /// core/v1's).
 pub async fn kind_schemas(client: &Client, kinds: &[(String, String)]) -> Result<KindSchemas, kube::Error> {
     let mut found = KindSchemas::default();
-    let index = get(client, "/openapi/v3").await?;
+    let index = match get(client, "/openapi/v3").await {
+        Ok(index) => index,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(found),
+        Err(e) => return Err(e),
+    };
+    found.published = true;
     let mut documents: HashMap<String, Value> = HashMap::new();
     let core = ("v1".to_owned(), String::new());
     for (api_version, kind) in kinds.iter().chain(std::iter::once(&core)) {
@@ -91,6 +105,7 @@ pub async fn kind_schemas(client: &Client, kinds: &[(String, String)]) -> Result
             let Some(url) = index["paths"][&key]["serverRelativeURL"].as_str() else { continue };
             documents.insert(key.clone(), get(client, url).await?);
         }
+        found.documents.insert(api_version.clone());
         let document = &documents[&key];
         let Some(components) = document["components"]["schemas"].as_object() else { continue };
         if let Some(schema) = kind_schema(document, api_version, kind) {
@@ -133,8 +148,10 @@ mod tests {
         let components = components.as_object().unwrap();
         let schema = json!({"type": "object", "properties": {
             "metadata": {"allOf": [{"$ref": "#/components/schemas/Meta"}], "default": {}},
-            "schema": {"$ref": "#/components/schemas/Props"}}});
+            "schema": {"$ref": "#/components/schemas/Props"},
+            "description": {"type": "string", "description": "a field called description"}}});
         let inlined = inline(&schema, components, 20);
+        assert_eq!(inlined["properties"]["description"], json!({"type": "string"}), "a field, not a keyword");
         assert_eq!(
             inlined["properties"]["metadata"]["allOf"][0],
             json!({"type": "object", "properties": {"name": {"type": "string"}}})

@@ -165,9 +165,22 @@ async fn find_in_group_version(client: &Client, gvr: &Gvr) -> Result<Option<Reso
     }))
 }
 
-/// The resource of kind `kind` in `api_version` (`apps/v1`, `v1`), as discovery lists it now; `None`
-/// when the server does not serve it (yet).
-pub async fn resolve_kind(client: &Client, api_version: &str, kind: &str) -> Result<Option<Resolved>> {
+/// What discovery lacks when it does not serve a kind (yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unserved {
+    /// The whole group-version.
+    GroupVersion,
+    /// The kind, in a group-version served.
+    Kind,
+}
+
+/// The resource of kind `kind` in `api_version` (`apps/v1`, `v1`), as discovery lists it now; or what
+/// is not served (yet).
+pub async fn resolve_kind(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+) -> Result<std::result::Result<Resolved, Unserved>> {
     let (group, version) = match api_version.split_once('/') {
         Some((group, version)) => (group, version),
         None => ("", api_version),
@@ -179,13 +192,15 @@ pub async fn resolve_kind(client: &Client, api_version: &str, kind: &str) -> Res
     };
     let list: APIResourceList = match listed {
         Ok(list) => list,
-        Err(err) if crate::error::status_code(&err) == Some(404) => return Ok(None),
+        Err(err) if crate::error::status_code(&err) == Some(404) => return Ok(Err(Unserved::GroupVersion)),
         Err(err) => return Err(err).context(format!("cannot discover {api_version}")),
     };
-    let Some(found) = list.resources.iter().find(|r| r.kind == kind && !r.name.contains('/')) else { return Ok(None) };
+    let Some(found) = list.resources.iter().find(|r| r.kind == kind && !r.name.contains('/')) else {
+        return Ok(Err(Unserved::Kind));
+    };
     let prefix = format!("{}/", found.name);
     let subresources = list.resources.iter().filter_map(|r| r.name.strip_prefix(&prefix)).map(str::to_owned).collect();
-    Ok(Some(Resolved {
+    Ok(Ok(Resolved {
         ar: ApiResource {
             group: group.to_owned(),
             version: version.to_owned(),

@@ -798,6 +798,66 @@ fn omit_leaves_a_field_out_behind_kros_gate() {
     forget_instances("graphomits.graphs.samplectl.test", &ns.0, &["blank", "noted"]);
 }
 
+/// An RGD whose resource is of a kind no one serves yet (here, the kind another RGD defines) is refused
+/// in kro's words, tried again, and runs once that kind is served, with no restart (kro #1243).
+#[test]
+fn a_graph_waiting_for_a_kind_runs_once_it_is_served() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-later");
+    let (outer, inner) = ("samplectl-it-later-outer", "samplectl-it-later-inner");
+    forget_rgds(&[outer, inner]);
+    let _ = kubectl(&["delete", "crd", "graphlaterinners.graphs.samplectl.test", "--ignore-not-found"]);
+    let schema =
+        |kind: &str| json!({"apiVersion": "v1alpha1", "kind": kind, "group": "graphs.samplectl.test", "spec": {}});
+    apply(
+        "default",
+        &rgd(
+            outer,
+            &ns.0,
+            schema("GraphLaterOuter"),
+            json!([{"id": "inner", "template": {
+            "apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphLaterInner",
+            "metadata": {"name": "${schema.metadata.name}"}}}]),
+        ),
+    );
+    let run = follow(&ns);
+    let refused = eventually(SOON, "the outer RGD refused", || {
+        let object = get("rgd", outer, None).ok_or("no RGD")?;
+        match condition(&object, "GraphAccepted").filter(|c| c["status"] == "False") {
+            Some(c) => Ok(c["message"].as_str().unwrap_or_default().to_owned()),
+            None => Err(format!("{}", object["status"])),
+        }
+    });
+    assert!(
+        refused.starts_with(
+            "failed to build resource \"inner\": failed to get schema for resource inner: cannot resolve group version"
+        ),
+        "{refused}"
+    );
+    assert!(refused.ends_with(": schema not found"), "{refused}");
+
+    apply(
+        "default",
+        &rgd(
+            inner,
+            &ns.0,
+            schema("GraphLaterInner"),
+            json!([{"id": "note", "template": {"apiVersion": "v1",
+            "kind": "ConfigMap", "metadata": {"name": "${schema.metadata.name}-note"}}}]),
+        ),
+    );
+    eventually(Duration::from_secs(75), "the outer RGD running", || {
+        let object = get("rgd", outer, None).ok_or("no RGD")?;
+        match object["status"]["state"] == "Active" {
+            true => Ok(()),
+            false => Err(format!("{}\n{}", object["status"], run.stderr())),
+        }
+    });
+    drop(run);
+    forget_rgds(&[outer, inner]);
+}
+
 /// Children an owner reference cannot reach, as kro makes them: a ConfigMap in another namespace and a
 /// ClusterRole, both owned by their labels (no owner reference), found again across namespaces, and
 /// deleted with the instance.

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::revisions;
 use crate::cluster::client::Connection;
 use crate::cluster::openapi;
-use crate::cluster::resolve::{Gvr, Resolved, resolve_gvr, resolve_kind};
+use crate::cluster::resolve::{Gvr, Resolved, Unserved, resolve_gvr, resolve_kind};
 use crate::cluster::scope;
 use crate::controller::engine::{Definition, Writer, now};
 use crate::controller::rules::children::{Family, Update};
@@ -33,6 +33,9 @@ pub const API_VERSION: &str = "kro.run/v1alpha1";
 pub const KIND: &str = "ResourceGraphDefinition";
 pub const PLURAL: &str = "resourcegraphdefinitions";
 const DEPENDENTS: &[&str] = &["GraphRevisionsResolved", "GraphAccepted", "KindReady", "ControllerReady"];
+/// How many times, and how far apart, the published schemas are read for a kind discovery serves.
+const SCHEMA_TRIES: u32 = 10;
+const SCHEMA_WAIT: Duration = Duration::from_millis(500);
 /// How long a new or changed instance CRD may take to be Established.
 const ESTABLISH_LIMIT: Duration = Duration::from_secs(30);
 
@@ -59,33 +62,11 @@ pub async fn define(
     (writer, features): (&Writer, Features),
 ) -> Result<Outcome, String> {
     let name = rgd.metadata.name.clone().unwrap_or_default();
-    let finalizers = rgd.metadata.finalizers.clone().unwrap_or_default();
     if rgd.metadata.deletion_timestamp.is_some() {
-        if finalizers.iter().any(|f| f == FINALIZER) {
-            writer.may_write()?;
-            let kept: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
-            let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": rgd.metadata.resource_version}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| {
-                format!(
-                    "cannot remove the finalizer of ResourceGraphDefinition {name:?}: {}",
-                    crate::error::describe(&e)
-                )
-            })?;
-        }
+        set_finalizer(api, rgd, false, writer).await?;
         return Ok(Outcome::Deleted);
     }
-    let rgd = match finalizers.iter().any(|f| f == FINALIZER) {
-        true => rgd.clone(),
-        false => {
-            writer.may_write()?;
-            let mut with = finalizers.clone();
-            with.push(FINALIZER.to_owned());
-            let patch = json!({"metadata": {"finalizers": with, "resourceVersion": rgd.metadata.resource_version}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| {
-                format!("cannot add the finalizer of ResourceGraphDefinition {name:?}: {}", crate::error::describe(&e))
-            })?
-        }
-    };
+    let rgd = set_finalizer(api, rgd, true, writer).await?;
 
     let object = serde_json::to_value(&rgd).unwrap_or(Value::Null);
     let generation = rgd.metadata.generation.unwrap_or_default();
@@ -143,6 +124,49 @@ pub async fn define(
     Ok(Outcome::Run(Box::new(definition)))
 }
 
+/// The RGD with kro's finalizer added (`wanted`) or taken off, as it is after. The patch names the
+/// version it was read at, so that a change made meanwhile is not lost; a copy older than the RGD's own
+/// last write (a retry holds the object as first seen, before its finalizer and status were written) is
+/// read again once. An RGD gone while its finalizer was being taken off needs nothing more.
+async fn set_finalizer(
+    api: &Api<DynamicObject>,
+    rgd: &DynamicObject,
+    wanted: bool,
+    writer: &Writer,
+) -> Result<DynamicObject, String> {
+    let name = rgd.metadata.name.clone().unwrap_or_default();
+    let failed = |e: &kube::Error| {
+        let what = if wanted { "add" } else { "remove" };
+        format!("cannot {what} the finalizer of ResourceGraphDefinition {name:?}: {}", crate::error::describe(e))
+    };
+    let mut current = rgd.clone();
+    for attempt in 0..2 {
+        let finalizers = current.metadata.finalizers.clone().unwrap_or_default();
+        if finalizers.iter().any(|f| f == FINALIZER) == wanted {
+            return Ok(current);
+        }
+        writer.may_write()?;
+        let next: Vec<String> = match wanted {
+            true => finalizers.iter().cloned().chain([FINALIZER.to_owned()]).collect(),
+            false => finalizers.iter().filter(|f| *f != FINALIZER).cloned().collect(),
+        };
+        let patch = json!({"metadata": {"finalizers": next, "resourceVersion": current.metadata.resource_version}});
+        match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(patched) => return Ok(patched),
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt == 0 => {
+                current = match api.get_opt(&name).await {
+                    Ok(Some(fresh)) => fresh,
+                    Ok(None) if !wanted => return Ok(current),
+                    Ok(None) => return Err(format!("ResourceGraphDefinition {name:?} is gone")),
+                    Err(e) => return Err(failed(&e)),
+                };
+            }
+            Err(e) => return Err(failed(&e)),
+        }
+    }
+    Err(format!("ResourceGraphDefinition {name:?} kept changing while its finalizer was written"))
+}
+
 /// An RGD read from a manifest (`reconcile -f`), which is in no cluster: its graph checked, its types
 /// resolved and its instance CRD made, as for one stored, with no status or finalizer to write.
 pub async fn from_manifest(conn: &Connection, rgd: &Value, features: Features) -> Result<Definition, String> {
@@ -160,16 +184,46 @@ pub async fn from_manifest(conn: &Connection, rgd: &Value, features: Features) -
 async fn check_types(conn: &Connection, graph: &mut Graph, types: &[(String, String, String)]) -> Result<(), String> {
     let wanted: Vec<(String, String)> =
         types.iter().map(|(_, api_version, kind)| (api_version.clone(), kind.clone())).collect();
-    let found = match openapi::kind_schemas(&conn.client, &wanted).await {
-        Ok(found) => found,
-        Err(e) => {
-            tracing::warn!(
-                "the expressions of kind {} are not type-checked and its status fields stay untyped: no OpenAPI schemas: {}",
-                graph.api.kind,
-                crate::error::describe(&e)
-            );
-            return Ok(());
+    let mut tries = 0;
+    let found = loop {
+        let found = match openapi::kind_schemas(&conn.client, &wanted).await {
+            Ok(found) if !found.published => {
+                tracing::warn!(
+                    "the expressions of kind {} are not type-checked and its status fields stay untyped: the server \
+                     publishes no OpenAPI v3 schemas",
+                    graph.api.kind,
+                );
+                return Ok(());
+            }
+            Ok(found) => found,
+            // A document named by an index a moment old may be gone (the schemas changed meanwhile): the
+            // index is read again.
+            Err(e) => {
+                tries += 1;
+                if tries < SCHEMA_TRIES {
+                    tokio::time::sleep(SCHEMA_WAIT).await;
+                    continue;
+                }
+                return Err(format!("cannot read the published OpenAPI schemas: {}", crate::error::describe(&e)));
+            }
+        };
+        let missing =
+            types.iter().find(|(_, api_version, kind)| !found.kinds.contains_key(&(api_version.clone(), kind.clone())));
+        let Some((id, api_version, kind)) = missing else { break found };
+        // A CRD's schema is published a moment after discovery serves it; kro, which reads types from
+        // the published schemas only, calls a kind without one not found.
+        tries += 1;
+        if tries < SCHEMA_TRIES {
+            tokio::time::sleep(SCHEMA_WAIT).await;
+            continue;
         }
+        let missing = match found.documents.contains(api_version) {
+            true => format!("cannot resolve group version kind \"{api_version}, Kind={kind}\""),
+            false => format!("cannot resolve group version {api_version:?}"),
+        };
+        return Err(format!(
+            "failed to build resource {id:?}: failed to get schema for resource {id}: {missing}: schema not found"
+        ));
     };
     let by_id: HashMap<String, Value> = types
         .iter()
@@ -205,11 +259,16 @@ async fn run(
     let mut read_types = Vec::new();
     for node in &graph.nodes {
         let resolved = match resolve_kind(&conn.client, &node.api_version, &node.kind).await {
-            Ok(Some(resolved)) => resolved,
-            Ok(None) => {
+            Ok(Ok(resolved)) => resolved,
+            Ok(Err(unserved)) => {
+                // kro's words, from its schema resolver.
+                let (what, api_version, kind) = (&node.id, &node.api_version, &node.kind);
+                let missing = match unserved {
+                    Unserved::GroupVersion => format!("cannot resolve group version {api_version:?}"),
+                    Unserved::Kind => format!("cannot resolve group version kind \"{api_version}, Kind={kind}\""),
+                };
                 let why = format!(
-                    "failed to build resource {:?}: failed to get schema for resource {}: the server does not serve kind {:?} in {}",
-                    node.id, node.id, node.kind, node.api_version
+                    "failed to build resource {what:?}: failed to get schema for resource {what}: {missing}: schema not found"
                 );
                 conditions.set_false("GraphAccepted", "InvalidResourceGraph", &why);
                 return Err(why);
