@@ -16,6 +16,14 @@ pub enum Numbers {
     Float64,
 }
 
+/// `value` written with its integers as integers, as Go writes typed fields (metacontroller's revision
+/// names, kro's `json.marshal`, kubectl's JSONPath output).
+pub fn encode(value: &Value) -> String {
+    let mut out = String::new();
+    write(value, Numbers::AsDecoded, &mut out);
+    out
+}
+
 /// `value` appended to `out`.
 pub fn write(value: &Value, numbers: Numbers, out: &mut String) {
     match value {

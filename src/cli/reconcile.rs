@@ -232,3 +232,25 @@ fn feature_gates(text: &str) -> Result<Features, String> {
     }
     Ok(features)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_gates_are_read_as_kro_reads_them() {
+        assert_eq!(feature_gates("CELOmitFunction=true"), Ok(Features { omit: true }));
+        assert_eq!(feature_gates("CELOmitFunction=true, CELOmitFunction=false"), Ok(Features { omit: false }));
+        assert_eq!(feature_gates(""), Ok(Features::default()));
+        assert_eq!(feature_gates("CELOmitFunction").unwrap_err(), "missing bool value for CELOmitFunction");
+        assert_eq!(
+            feature_gates("CELOmitFunction=maybe").unwrap_err(),
+            "invalid value of CELOmitFunction=maybe: not a bool"
+        );
+        assert_eq!(feature_gates("Omit=true").unwrap_err(), "unrecognized feature gate: Omit");
+        assert_eq!(
+            feature_gates("InstanceConditionEvents=true").unwrap_err(),
+            "kro's feature gate InstanceConditionEvents is not one samplectl has"
+        );
+    }
+}

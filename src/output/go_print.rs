@@ -148,11 +148,7 @@ fn go_printable(c: char) -> bool {
 }
 
 /// A JSON value as Go's `json.Marshal` writes it: compact, keys sorted, `<>&` and U+2028/9 escaped.
-pub fn go_json(value: &Value) -> String {
-    let mut out = String::new();
-    crate::go_json::write(value, crate::go_json::Numbers::AsDecoded, &mut out);
-    out
-}
+pub use crate::go_json::encode as go_json;
 
 #[cfg(test)]
 mod tests {

@@ -231,8 +231,7 @@ async fn check_types(conn: &Connection, graph: &mut Graph, types: &[(String, Str
             Some((id.clone(), found.kinds.get(&(api_version.clone(), kind.clone()))?.clone()))
         })
         .collect();
-    check::check(graph, &by_id, &found.object_meta)?;
-    let vars = check::variables(graph, &by_id, &found.object_meta);
+    let vars = check::check(graph, &by_id, &found.object_meta)?;
     rgd::type_status(graph, &vars);
     Ok(())
 }

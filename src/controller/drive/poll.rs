@@ -188,6 +188,21 @@ struct State {
     known: HashSet<String>,
 }
 
+impl State {
+    fn new(workers: Workers, parents: Cache<DynamicObject>, children: Arc<Children>) -> Self {
+        State {
+            running: HashSet::new(),
+            workers,
+            synced: HashMap::new(),
+            parents,
+            children,
+            not_ready: Vec::new(),
+            known: HashSet::new(),
+            only: None,
+        }
+    }
+}
+
 /// A parent's inputs, by version: the parent, each child it controls (by type, place and version), and
 /// each related object its customize hook asked for.
 fn fingerprint(parent: &ObjectMeta, ignore_status: bool, children: &[(Child, u64)], related: &[String]) -> u64 {
@@ -393,16 +408,8 @@ impl Poll {
             let children = Arc::new(self.children(true).await?);
             let cache = Cache::default();
             let workers = Workers::start(self.concurrency.max(1), &self.ctx, &cache, &children);
-            let mut state = State {
-                running: HashSet::new(),
-                workers,
-                synced: HashMap::new(),
-                parents: cache,
-                children,
-                not_ready: Vec::new(),
-                known: HashSet::new(),
-                only: only.take(),
-            };
+            let mut state = State::new(workers, cache, children);
+            state.only = only.take();
             let listed = self.tick(&mut state, true).await?;
             self.ctx.listed();
             if pass == 1 {
@@ -446,16 +453,7 @@ impl Poll {
         }
         let parents = Cache::default();
         let workers = Workers::start(self.concurrency.max(1), &self.ctx, &parents, &children);
-        let mut state = State {
-            running: HashSet::new(),
-            workers,
-            synced: HashMap::new(),
-            parents,
-            children,
-            not_ready: Vec::new(),
-            known: HashSet::new(),
-            only: None,
-        };
+        let mut state = State::new(workers, parents, children);
         loop {
             let started = Instant::now();
             let tick = self.tick(&mut state, once).await;

@@ -19,12 +19,8 @@ pub mod shard;
 pub mod status;
 
 /// JSON as Go's `encoding/json` writes it (metacontroller's revision names and kro's `json.marshal`
-/// depend on it): see `crate::go_json`.
-pub fn go_json(value: &serde_json::Value) -> String {
-    let mut out = String::new();
-    crate::go_json::write(value, crate::go_json::Numbers::AsDecoded, &mut out);
-    out
-}
+/// depend on it).
+pub use crate::go_json::encode as go_json;
 
 /// samplectl's name as a field manager, on every write it makes.
 pub const FIELD_MANAGER: &str = "samplectl";

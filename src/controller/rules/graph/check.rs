@@ -134,8 +134,13 @@ fn declared(schema: Option<&Value>, path: &str, name: &str) -> Ty {
 
 /// Checks `graph` as kro does before it accepts it, with `resources` the OpenAPI schemas of its
 /// resources by id (refs inlined; a resource without one is checked for what can be told without it)
-/// and `object_meta` ObjectMeta's.
-pub fn check(graph: &Graph, resources: &HashMap<String, Value>, object_meta: &Value) -> Result<(), String> {
+/// and `object_meta` ObjectMeta's. What passes gives the types of the variables its expressions read
+/// (`variables`), which also type the status fields.
+pub fn check(
+    graph: &Graph,
+    resources: &HashMap<String, Value>,
+    object_meta: &Value,
+) -> Result<HashMap<String, Ty>, String> {
     let mut by_node = Vec::with_capacity(graph.nodes.len());
     for node in &graph.nodes {
         by_node.push(found(node, resources)?);
@@ -147,14 +152,14 @@ pub fn check(graph: &Graph, resources: &HashMap<String, Value>, object_meta: &Va
     }
     for (path, template) in &graph.status {
         let (expression, shown) = compiled(template);
-        types::check(&expression, &vars).map_err(|e| {
+        types::check(&expression, &vars, &[]).map_err(|e| {
             format!(
                 "failed to build instance status schema: failed to type-check status expression {shown:?} at path {:?}: {e}",
                 path.to_string()
             )
         })?;
     }
-    Ok(())
+    Ok(vars)
 }
 
 fn check_node(
@@ -165,10 +170,10 @@ fn check_node(
     object_meta: &Value,
 ) -> Result<(), String> {
     let id = &node.id;
-    let mut scope = vars.clone();
+    let mut iterators = Vec::new();
     for (iterator, expression) in &node.for_each {
-        let ty =
-            types::check(expression, vars).map_err(|e| format!("node {id:?}: forEach iterator {iterator:?}: {e}"))?;
+        let ty = types::check(expression, vars, &[])
+            .map_err(|e| format!("node {id:?}: forEach iterator {iterator:?}: {e}"))?;
         let item = match ty {
             Ty::List(item) => *item,
             Ty::Dyn => Ty::Dyn,
@@ -180,11 +185,11 @@ fn check_node(
                 ));
             }
         };
-        scope.insert(iterator.clone(), item);
+        iterators.push((iterator.clone(), item));
     }
     for one in found {
         let (expression, shown) = compiled(&one.template);
-        let output = types::check(&expression, &scope)
+        let output = types::check(&expression, vars, &iterators)
             .map_err(|e| format!("failed to compile template expression {shown:?} at path {:?}: {e}", one.path))?;
         types::assignable(&output, &one.expected).map_err(|why| {
             format!(
@@ -196,8 +201,8 @@ fn check_node(
             )
         })?;
     }
-    let condition = |kind: &str, expression: &str, scope: &HashMap<String, Ty>| -> Result<(), String> {
-        let ty = types::check(expression, scope)
+    let condition = |kind: &str, expression: &str, locals: &[(String, Ty)]| -> Result<(), String> {
+        let ty = types::check(expression, vars, locals)
             .map_err(|e| format!("failed to type-check {kind} expression {expression:?} in resource {id:?}: {e}"))?;
         match ty {
             Ty::Bool | Ty::Dyn => Ok(()),
@@ -209,14 +214,14 @@ fn check_node(
         }
     };
     for expression in &node.include_when {
-        condition("includeWhen", expression, vars)?;
+        condition("includeWhen", expression, &[])?;
     }
-    let mut ready_scope = vars.clone();
-    if node.is_collection() {
-        ready_scope.insert("each".to_owned(), resource(node, resources, object_meta));
-    }
+    let each: Vec<(String, Ty)> = match node.is_collection() && !node.ready_when.is_empty() {
+        true => vec![("each".to_owned(), resource(node, resources, object_meta))],
+        false => Vec::new(),
+    };
     for expression in &node.ready_when {
-        condition("readyWhen", expression, &ready_scope)?;
+        condition("readyWhen", expression, &each)?;
     }
     Ok(())
 }
@@ -253,7 +258,7 @@ mod tests {
 
     fn checked(spec: Value, template: Value) -> Result<(), String> {
         let graph = graph(spec, json!([{"id": "cm", "template": template}]));
-        check(&graph, &HashMap::from([("cm".to_owned(), config_map())]), &object_meta())
+        check(&graph, &HashMap::from([("cm".to_owned(), config_map())]), &object_meta()).map(drop)
     }
 
     fn cm(data: Value) -> Value {
@@ -318,7 +323,7 @@ mod tests {
                 resource[k] = v.clone();
             }
             let graph = graph(spec.clone(), json!([resource]));
-            check(&graph, &HashMap::from([("cm".to_owned(), config_map())]), &object_meta())
+            check(&graph, &HashMap::from([("cm".to_owned(), config_map())]), &object_meta()).map(drop)
         };
         assert_eq!(make(json!({"includeWhen": ["${schema.spec.port > 1}"]})), Ok(()));
         assert_eq!(
@@ -337,7 +342,7 @@ mod tests {
         let each = |expr: &str| {
             let graph =
                 graph(spec.clone(), json!([{"id": "cm", "forEach": [{"name": expr}], "template": named.clone()}]));
-            check(&graph, &HashMap::from([("cm".to_owned(), config_map())]), &object_meta())
+            check(&graph, &HashMap::from([("cm".to_owned(), config_map())]), &object_meta()).map(drop)
         };
         assert_eq!(each("${schema.spec.names}"), Ok(()));
         assert_eq!(

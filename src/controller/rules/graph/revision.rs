@@ -5,15 +5,11 @@
 
 use serde_json::Value;
 
-use crate::go_json::{self, Numbers};
+use crate::go_json::{Numbers, string as go_string, write};
 
 /// A value as Go writes what it decoded into `any` (kro's `normalizeRawExtension`).
 fn canonical(value: &Value, out: &mut String) {
-    go_json::write(value, Numbers::Float64, out);
-}
-
-fn go_string(text: &str, out: &mut String) {
-    go_json::string(text, out);
+    write(value, Numbers::Float64, out);
 }
 
 /// How many revisions of one RGD are kept (kro's `--rgd-max-graph-revisions`).

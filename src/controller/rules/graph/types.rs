@@ -136,17 +136,17 @@ pub fn unwrapped(schema: &Value) -> &Value {
 /// Infers the type of `expression` with `vars` the types of the variables it may read.
 pub fn infer(expression: &str, vars: &HashMap<String, Ty>) -> Ty {
     match PARSER_ENV.compile(expression) {
-        Ok(program) => Infer { vars: vars.clone(), issues: Vec::new() }.expr(program.expression()),
+        Ok(program) => Infer { vars, locals: Vec::new(), issues: Vec::new() }.expr(program.expression()),
         Err(_) => Ty::Dyn,
     }
 }
 
 /// Type-checks `expression` as cel-go's checker does for what samplectl can tell: its type, or the
 /// checker's errors as cel-go prints them (`ERROR: <input>:1:12: undefined field 'foo'`, the line and
-/// a caret under where).
-pub fn check(expression: &str, vars: &HashMap<String, Ty>) -> Result<Ty, String> {
+/// a caret under where). `locals` are variables beside `vars` (a forEach iterator, `each`).
+pub fn check(expression: &str, vars: &HashMap<String, Ty>, locals: &[(String, Ty)]) -> Result<Ty, String> {
     let program = PARSER_ENV.compile(expression).map_err(|e| e.to_string())?;
-    let mut infer = Infer { vars: vars.clone(), issues: Vec::new() };
+    let mut infer = Infer { vars, locals: locals.to_vec(), issues: Vec::new() };
     let ty = infer.expr(program.expression());
     if infer.issues.is_empty() {
         return Ok(ty);
@@ -177,13 +177,19 @@ fn display(source: &str, offset: usize, message: &str) -> String {
     format!("ERROR: <input>:{line}:{}: {message}\n | {snippet}\n | {caret}^", column + 1)
 }
 
-struct Infer {
-    vars: HashMap<String, Ty>,
+struct Infer<'v> {
+    vars: &'v HashMap<String, Ty>,
+    /// Variables bound on top of `vars` (a comprehension's), the last binding of a name winning.
+    locals: Vec<(String, Ty)>,
     /// What cel-go's checker would refuse, by the id of the node it is about.
     issues: Vec<(u64, String)>,
 }
 
-impl Infer {
+impl Infer<'_> {
+    fn lookup(&self, name: &str) -> Option<&Ty> {
+        self.locals.iter().rev().find(|(n, _)| n == name).map(|(_, t)| t).or_else(|| self.vars.get(name))
+    }
+
     fn expr(&mut self, node: &IdedExpr) -> Ty {
         match &node.expr {
             Expr::Literal(literal) => match literal {
@@ -195,7 +201,7 @@ impl Infer {
                 LiteralValue::String(_) => Ty::String,
                 LiteralValue::UInt(_) => Ty::Uint,
             },
-            Expr::Ident(name) => self.vars.get(name).cloned().unwrap_or(Ty::Dyn),
+            Expr::Ident(name) => self.lookup(name).cloned().unwrap_or(Ty::Dyn),
             Expr::Select(select) => {
                 let operand = self.expr(&select.operand);
                 if let Some(why) = undeclared(&operand, &select.field) {
@@ -233,18 +239,18 @@ impl Infer {
                     Ty::Map(_) | Ty::Object(..) => Ty::String,
                     _ => Ty::Dyn,
                 };
-                let saved = self.vars.clone();
-                self.vars.insert(c.iter_var.clone(), element);
+                let depth = self.locals.len();
+                self.locals.push((c.iter_var.clone(), element));
                 if let Some(second) = &c.iter_var2 {
-                    self.vars.insert(second.clone(), Ty::Dyn);
+                    self.locals.push((second.clone(), Ty::Dyn));
                 }
                 let init = self.expr(&c.accu_init);
-                self.vars.insert(c.accu_var.clone(), init);
+                self.locals.push((c.accu_var.clone(), init));
                 self.expr(&c.loop_cond);
                 let step = self.expr(&c.loop_step);
-                self.vars.insert(c.accu_var.clone(), step);
+                self.locals.push((c.accu_var.clone(), step));
                 let result = self.expr(&c.result);
-                self.vars = saved;
+                self.locals.truncate(depth);
                 result
             }
             Expr::Call(call) if call.func_name == "_[_]" => {
@@ -283,7 +289,7 @@ impl Infer {
             }
             Expr::Call(call) => {
                 let namespace = match call.target.as_deref() {
-                    Some(IdedExpr { expr: Expr::Ident(ns), .. }) if !self.vars.contains_key(ns) => Some(ns.as_str()),
+                    Some(IdedExpr { expr: Expr::Ident(ns), .. }) if self.lookup(ns).is_none() => Some(ns.as_str()),
                     _ => None,
                 };
                 let target = match namespace {
@@ -599,7 +605,7 @@ mod tests {
     #[test]
     fn what_cel_gos_checker_refuses_is_refused_in_its_words() {
         let vars = vars();
-        let refused = |e: &str| check(e, &vars).unwrap_err();
+        let refused = |e: &str| check(e, &vars, &[]).unwrap_err();
         assert_eq!(
             refused("deployment.spec.nope"),
             "ERROR: <input>:1:16: undefined field 'nope'\n | deployment.spec.nope\n | ...............^"
@@ -639,7 +645,7 @@ mod tests {
             "deployment.status.conditions.exists(c, c.type == 'Available')",
             "schema.spec.name + string(schema.spec.port)",
         ] {
-            assert!(check(fine, &vars).is_ok(), "{fine}: {:?}", check(fine, &vars));
+            assert!(check(fine, &vars, &[]).is_ok(), "{fine}: {:?}", check(fine, &vars, &[]));
         }
     }
 
