@@ -36,9 +36,71 @@ pub fn format(duration: Duration) -> String {
     PRINTER.unsigned_duration_to_string(&duration)
 }
 
+/// A duration as Go's `time.ParseDuration` reads it (`300ms`, `1.5h`, `2h45m`, `-1s`), for formats that
+/// other tools define in Go's terms (shell-operator's `executionMinInterval`, cron's `@every`); a
+/// negative duration is given as its sign and size. The errors are Go's.
+pub fn parse_go(text: &str) -> Result<(bool, Duration), String> {
+    let invalid = || format!("time: invalid duration {text:?}");
+    let (negative, mut rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if rest == "0" {
+        return Ok((false, Duration::ZERO));
+    }
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    let mut total: f64 = 0.0;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let number = &rest[..digits];
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return Err(invalid());
+        }
+        let value: f64 = number.parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        if unit.is_empty() {
+            return Err(format!("time: missing unit in duration {text:?}"));
+        }
+        let nanos = match unit {
+            "ns" => 1.0,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return Err(format!("time: unknown unit {unit:?} in duration {text:?}")),
+        };
+        total += value * nanos;
+        rest = &rest[unit_len..];
+    }
+    // Go's durations are int64 nanoseconds.
+    if total > i64::MAX as f64 {
+        return Err(invalid());
+    }
+    Ok((negative && total > 0.0, Duration::from_nanos(total as u64)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go("300ms"), Ok((false, Duration::from_millis(300))));
+        assert_eq!(parse_go("1.5h"), Ok((false, Duration::from_secs(5400))));
+        assert_eq!(parse_go("2h45m"), Ok((false, Duration::from_secs(9900))));
+        assert_eq!(parse_go("-1s"), Ok((true, Duration::from_secs(1))));
+        assert_eq!(parse_go("0"), Ok((false, Duration::ZERO)));
+        assert_eq!(parse_go("5"), Err("time: missing unit in duration \"5\"".into()));
+        assert_eq!(parse_go("5d"), Err("time: unknown unit \"d\" in duration \"5d\"".into()));
+        assert_eq!(parse_go(""), Err("time: invalid duration \"\"".into()));
+        assert_eq!(parse_go("x"), Err("time: invalid duration \"x\"".into()));
+    }
 
     #[test]
     fn durations_with_units() {

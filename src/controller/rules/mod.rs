@@ -16,6 +16,7 @@ pub mod ring;
 pub mod rolling;
 pub mod selector;
 pub mod shard;
+pub mod shell;
 pub mod status;
 
 /// JSON as Go's `encoding/json` writes it (metacontroller's revision names and kro's `json.marshal`

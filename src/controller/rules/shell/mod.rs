@@ -1,0 +1,10 @@
+//! shell-operator's hooks, without a cluster: a hook's `--config` read and checked (`config`, its shape
+//! in `schema`), crontabs (`cron`), jqFilters (`jq`), and the binding contexts a run is given with the
+//! queue rules that are pure (`context`: combining, group compaction, retry delays). The runner is
+//! `controller::drive::events`.
+
+pub mod config;
+pub mod context;
+pub mod cron;
+pub mod jq;
+pub mod schema;
