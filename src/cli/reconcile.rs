@@ -156,6 +156,20 @@ pub struct ReconcileArgs {
           conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize", "filenames"])]
     pub from_cluster: bool,
 
+    /// Run shell-operator's hooks in this directory, in place of --gvr: every executable below it is
+    /// asked for its bindings with --config, then run with binding contexts at start-up and on schedules
+    #[arg(long, env = "SHELL_OPERATOR_HOOKS_DIR", value_name = "DIR", help_heading = "Controllers",
+          conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize", "filenames", "from_cluster",
+                                "once", "shard_ring"],
+          value_hint = ValueHint::DirPath)]
+    pub hooks_dir: Option<std::path::PathBuf>,
+
+    /// With --hooks-dir: where each hook run's binding context and output files are written (made if
+    /// missing, its parent must exist)
+    #[arg(long, env = "SHELL_OPERATOR_TMP_DIR", value_name = "DIR", default_value = "/tmp/shell-operator",
+          help_heading = "Controllers", value_hint = ValueHint::DirPath)]
+    pub tmp_dir: std::path::PathBuf,
+
     /// With --from-cluster: only the controller objects with these labels (metacontroller's
     /// --target-label-selector), so that several instances can split them
     #[arg(long, value_name = "SELECTOR", requires = "from_cluster", help_heading = "Controllers")]
@@ -176,7 +190,8 @@ impl ReconcileArgs {
     }
 
     pub(super) fn mistake(&self) -> Option<String> {
-        let hooked = self.hook_target().is_some() || !self.filenames.is_empty() || self.from_cluster;
+        let hooked =
+            self.hook_target().is_some() || !self.filenames.is_empty() || self.from_cluster || self.hooks_dir.is_some();
         if self.watch && self.once && !serves_samples(&self.gvr) && !hooked {
             return Some(
                 "--once with --watch applies to Samples and hooks only; use --once without --watch to observe once"
@@ -188,6 +203,11 @@ impl ReconcileArgs {
         }
         if !hooked && self.finalize {
             return Some("--finalize calls a hook on deletion; give --hook or --hook-url too".into());
+        }
+        if self.hooks_dir.is_some() && self.feature_gates.is_some() {
+            return Some(
+                "--feature-gates are kro's, for ResourceGraphDefinitions; they do nothing with --hooks-dir".into(),
+            );
         }
         if self.feature_gates.is_some() && self.filenames.is_empty() && !self.from_cluster {
             return Some(

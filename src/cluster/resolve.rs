@@ -214,6 +214,46 @@ pub async fn resolve_kind(
     }))
 }
 
+/// The resource a shell-operator binding names by `kind`, as shell-operator finds it: a discovery Kind,
+/// plural or short name, in any case; in `api_version` when given, otherwise the first in the preferred
+/// versions of every group (the core group first). Subresources and resources without verbs are not
+/// candidates. `None` when nothing matches.
+pub async fn resolve_loose_kind(client: &Client, api_version: Option<&str>, kind: &str) -> Result<Option<Resolved>> {
+    let wanted = kind.to_lowercase();
+    let matches = |r: &APIResourceDiscovery| {
+        !r.verbs.is_empty()
+            && (r.resource.as_deref().is_some_and(|p| p.to_lowercase() == wanted)
+                || r.response_kind.as_ref().and_then(|k| k.kind.as_deref()).is_some_and(|k| k.to_lowercase() == wanted)
+                || r.short_names.iter().any(|s| s.to_lowercase() == wanted))
+    };
+    let (want_group, want_version) = match api_version {
+        Some(gv) => match gv.split_once('/') {
+            Some((g, v)) => (Some(g.to_owned()), Some(v.to_owned())),
+            None => (Some(String::new()), Some(gv.to_owned())),
+        },
+        None => (None, None),
+    };
+    let lists = discover(client).await?;
+    for group in lists.iter().flat_map(|l| &l.items) {
+        let group_name = group.metadata.as_ref().and_then(|m| m.name.clone()).unwrap_or_default();
+        if want_group.as_ref().is_some_and(|g| *g != group_name) {
+            continue;
+        }
+        // The preferred version is listed first; without an apiVersion only it is searched.
+        let versions = group.versions.iter().filter(|v| match &want_version {
+            Some(want) => v.version.as_deref() == Some(want.as_str()),
+            None => true,
+        });
+        for version in versions.take(if want_version.is_some() { usize::MAX } else { 1 }) {
+            let version_name = version.version.clone().unwrap_or_default();
+            if let Some(resource) = version.resources.iter().find(|r| matches(r)) {
+                return Ok(Some(resolved(&group_name, &version_name, resource)));
+            }
+        }
+    }
+    Ok(None)
+}
+
 async fn crd_serves(client: &Client, name: &str, version: &str) -> bool {
     let crds: Api<CustomResourceDefinition> = super::scope::cluster(client.clone());
     match crds.get_opt(name).await {

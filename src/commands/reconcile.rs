@@ -41,6 +41,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         stats: args.stats,
     };
     let source = match args.filenames.is_empty() {
+        _ if let Some(dir) = &args.hooks_dir => Source::HooksDir { dir: dir.clone(), tmp_dir: args.tmp_dir.clone() },
         _ if args.from_cluster => Source::Cluster { selector: args.target_label_selector.clone() },
         false => Source::Manifests(args.filenames.clone()),
         true => Source::Flags {

@@ -12,6 +12,8 @@ use tokio::sync::watch;
 
 use super::crd::serves_samples;
 use super::define;
+use super::define::hooks_dir;
+use super::drive::events::Hooks;
 use super::drive::observe;
 use super::drive::watch::hub::Hub;
 use super::engine::fence::Fence;
@@ -52,6 +54,9 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
             let writer = Writer { member: None, fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default() };
             Plan::Fleet(Fleet { selector, namespace: namespace.clone(), driving, writer, kro_features })
         }
+        Source::HooksDir { dir, tmp_dir } => {
+            Plan::Hooks(Hooks { hooks: hooks_dir::load(&dir).await?, tmp_dir: make_tmp_dir(tmp_dir)? })
+        }
         Source::Manifests(paths) => Plan::Fixed(define::from_manifests(conn, &paths, kro_features).await?),
         Source::Flags { gvr, hook } => {
             let resolved = resolve_parent(conn, &gvr).await?;
@@ -72,6 +77,10 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     let result = match plan {
         Plan::Observe(target) => observe(conn, target, driving, &serving, stop).await,
         Plan::Fleet(fleet) => lead_or_run(conn, election, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await,
+        Plan::Hooks(hooks) => {
+            serving.health.synced();
+            lead_or_run(conn, election, Work::Hooks(hooks), &serving, stop, shutdown_timeout).await
+        }
         Plan::Fixed(definitions) => {
             serving.health.expect(definitions.len());
             let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
@@ -103,6 +112,25 @@ enum Plan {
     Fixed(Vec<Definition>),
     /// The cluster's controller objects.
     Fleet(Fleet),
+    /// shell-operator's hooks.
+    Hooks(Hooks),
+}
+
+/// shell-operator's temporary directory: made if missing (its parent must exist, as there), a fresh
+/// one under the system's when given empty.
+fn make_tmp_dir(dir: std::path::PathBuf) -> Result<std::path::PathBuf> {
+    if dir.as_os_str().is_empty() {
+        let fresh = std::env::temp_dir().join(format!("shell-operator-{}", std::process::id()));
+        std::fs::create_dir_all(&fresh).map_err(|err| anyhow!("--tmp-dir: {}: {err}", fresh.display()))?;
+        return Ok(fresh);
+    }
+    match std::fs::create_dir(&dir) {
+        Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+            bail!("--tmp-dir: cannot make {}: {err}", dir.display())
+        }
+        _ if !dir.is_dir() => bail!("--tmp-dir: {} is not a directory", dir.display()),
+        _ => Ok(dir),
+    }
 }
 
 /// Observe mode: reports what changes in `target`, with either driver, and writes nothing.
@@ -126,6 +154,7 @@ async fn observe(
 enum Work {
     Fixed(Reconciling),
     Fleet(Fleet),
+    Hooks(Hooks),
 }
 
 impl Work {
@@ -133,6 +162,7 @@ impl Work {
         match self {
             Work::Fixed(reconciling) => reconciling.run(stop).await,
             Work::Fleet(fleet) => fleet.run(conn, serving, stop).await,
+            Work::Hooks(hooks) => hooks.run(conn, serving, stop).await,
         }
     }
 }

@@ -61,6 +61,8 @@ pub enum Source {
     /// `--from-cluster`: every controller object stored in the cluster (with these labels), followed as
     /// they change.
     Cluster { selector: Option<String> },
+    /// `--hooks-dir`: shell-operator's hooks in this directory, their run files in `tmp_dir`.
+    HooksDir { dir: PathBuf, tmp_dir: PathBuf },
 }
 
 /// When parents are reconciled.

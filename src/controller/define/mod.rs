@@ -11,6 +11,7 @@ mod decorator;
 mod flags;
 pub mod graph;
 mod hooks;
+pub mod hooks_dir;
 pub mod load;
 mod revisions;
 

@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod changes;
+pub mod events;
 pub mod observe;
 pub mod owners;
 pub mod place;

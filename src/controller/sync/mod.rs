@@ -10,6 +10,7 @@ pub mod graph;
 pub mod hook;
 pub mod sample;
 pub mod security;
+pub mod shell_hook;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

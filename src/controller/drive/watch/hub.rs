@@ -1,4 +1,4 @@
-//! One watch per resource, namespace and label selector for the whole process, however many
+//! One watch per resource, namespace, label and field selector for the whole process, however many
 //! controllers read it (as metacontroller shares its informers): two controllers with ConfigMap
 //! children in one namespace share one watch and one cache of them, two decorators of one type share
 //! the watch of that type, two customize hooks asking for Secrets share one watch of Secrets. Whole
@@ -97,6 +97,7 @@ struct Key {
     plural: String,
     namespace: Option<String>,
     labels: String,
+    fields: String,
 }
 
 /// One running watch, its cache, and the way in for new readers; the watch is stopped when the feed is
@@ -378,7 +379,18 @@ impl Hub {
         namespace: Option<&str>,
         labels: &str,
     ) -> (Cache<DynamicObject>, impl Stream<Item = Event<DynamicObject>> + Send + 'static) {
-        self.read(&self.objects, ar, namespace, labels)
+        self.read(&self.objects, ar, namespace, labels, "")
+    }
+
+    /// The same, of the objects that also have `fields` (a field selector, or empty).
+    pub fn objects_with_fields(
+        &self,
+        ar: &ApiResource,
+        namespace: Option<&str>,
+        labels: &str,
+        fields: &str,
+    ) -> (Cache<DynamicObject>, impl Stream<Item = Event<DynamicObject>> + Send + 'static) {
+        self.read(&self.objects, ar, namespace, labels, fields)
     }
 
     /// The same for the objects' metadata only.
@@ -388,7 +400,7 @@ impl Hub {
         namespace: Option<&str>,
         labels: &str,
     ) -> impl Stream<Item = Event<PartialObjectMeta<DynamicObject>>> + Send + 'static {
-        self.read(&self.metadata, ar, namespace, labels).1
+        self.read(&self.metadata, ar, namespace, labels, "").1
     }
 
     fn read<K: Fed>(
@@ -397,12 +409,14 @@ impl Hub {
         ar: &ApiResource,
         namespace: Option<&str>,
         labels: &str,
+        fields: &str,
     ) -> (Cache<K>, impl Stream<Item = Event<K>> + Send + 'static) {
         let key = Key {
             api_version: ar.api_version.clone(),
             plural: ar.plural.clone(),
             namespace: namespace.map(str::to_owned),
             labels: labels.to_owned(),
+            fields: fields.to_owned(),
         };
         let feed = {
             let mut feeds = feeds.lock().unwrap_or_else(|e| e.into_inner());
@@ -433,6 +447,9 @@ impl Hub {
         let mut config = watcher::Config::default();
         if !key.labels.is_empty() {
             config = config.labels(&key.labels);
+        }
+        if !key.fields.is_empty() {
+            config = config.fields(&key.fields);
         }
         let what = format!("{}s{}", ar.kind, K::WHAT);
         let mut outage = Outage::new(what.clone(), &self.health);

@@ -1,0 +1,113 @@
+//! A shell-operator hooks directory read as shell-operator reads it: every executable below it (not
+//! following symbolic links inside it; skipping hidden files and directories, `lib` directories, files
+//! ending `.yaml`, `.json`, `.md` or `.txt`, and files no one may execute, each with a warning), in the
+//! byte order of their paths; each run once with `--config` from the directory itself, with no input,
+//! and its answer read by `rules::shell::config`. Any hook that cannot say its config, or says a bad
+//! one, stops the start with shell-operator's words and the hook's path.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use anyhow::{Result, anyhow, bail};
+
+use crate::controller::rules::shell::config::{self, HookConfig};
+
+/// One hook: its name (its path inside the directory), where it is, and what it is bound to.
+#[derive(Debug)]
+pub struct ShellHook {
+    pub name: String,
+    pub path: PathBuf,
+    pub config: HookConfig,
+}
+
+/// The hooks of `dir`, in order, with their configs.
+pub async fn load(dir: &Path) -> Result<Vec<ShellHook>> {
+    let root = std::path::absolute(dir).map_err(|err| anyhow!("hooks directory: {}: {err}", dir.display()))?;
+    if !root.is_dir() {
+        bail!("hooks directory: path '{}' not exist", root.display());
+    }
+    let mut paths = Vec::new();
+    walk(&root, &root, &mut paths)?;
+    // Byte order of the whole path, as Go sorts the strings: `a-b` < `a.b` < `a/b`.
+    paths.sort_by(|a, b| a.as_os_str().as_encoded_bytes().cmp(b.as_os_str().as_encoded_bytes()));
+    let mut hooks = Vec::with_capacity(paths.len());
+    for path in paths {
+        let name = path.strip_prefix(&root).unwrap_or(&path).to_string_lossy().into_owned();
+        tracing::info!(hook = name.as_str(), "loading the config of hook {name}");
+        let output = config_output(&root, &path).await?;
+        let config = config::parse(&output).map_err(|err| {
+            anyhow!(
+                "creating hook '{name}': load hook '{name}' config: {err}\nhook --config output: {}",
+                String::from_utf8_lossy(&output)
+            )
+        })?;
+        if let Some(webhook) = config.webhooks.first() {
+            bail!(
+                "hook '{name}': {webhook}: samplectl does not serve shell-operator's admission and conversion webhooks yet"
+            );
+        }
+        hooks.push(ShellHook { name, path, config });
+    }
+    if hooks.is_empty() {
+        tracing::warn!("no hooks found in {}", root.display());
+    }
+    Ok(hooks)
+}
+
+fn walk(root: &Path, dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|err| anyhow!("hooks directory: {}: {err}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|err| anyhow!("hooks directory: {}: {err}", dir.display()))?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // The entry itself, not what a link points to (a ConfigMap's mounted files are links).
+        let meta = std::fs::symlink_metadata(&path).map_err(|err| anyhow!("{}: {err}", path.display()))?;
+        if meta.is_dir() {
+            if name.starts_with('.') || name == "lib" {
+                continue;
+            }
+            walk(root, &path, found)?;
+            continue;
+        }
+        if name.starts_with('.') || [".yaml", ".json", ".md", ".txt"].iter().any(|ext| name.ends_with(ext)) {
+            continue;
+        }
+        if meta.permissions().mode() & 0o111 == 0 {
+            let relative = path.strip_prefix(root).unwrap_or(&path).display().to_string();
+            tracing::warn!(
+                path = relative.as_str(),
+                "file is skipped: {relative}: no executable permissions, chmod +x is required to run this hook"
+            );
+            continue;
+        }
+        found.push(path);
+    }
+    Ok(())
+}
+
+/// The hook's answer to `--config`, run from the hooks directory with nothing on its input.
+async fn config_output(root: &Path, path: &Path) -> Result<Vec<u8>> {
+    let output = tokio::process::Command::new(path)
+        .arg("--config")
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|err| anyhow!("cannot get config for hook '{}': {err}", path.display()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for line in stderr.lines().filter(|l| !l.is_empty()) {
+            tracing::error!(hook = %path.display(), "hook --config stderr: {line}");
+        }
+        let status = match output.status.code() {
+            Some(code) => format!("exit status {code}"),
+            None => format!("{}", output.status),
+        };
+        bail!("cannot get config for hook '{}': {status}", path.display());
+    }
+    Ok(output.stdout)
+}

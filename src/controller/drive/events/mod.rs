@@ -1,0 +1,198 @@
+//! The driver of shell-operator's hooks: binding contexts queued and run in named FIFO queues, as
+//! shell-operator runs them. `main` starts with every `onStartup` run (lowest order first), then, hook
+//! by hook in path order, the task that turns the hook's schedules on. Each queue has one worker that
+//! runs its head to success: a run that fails stays at the head and is tried again after
+//! `rules::shell::context::retry_delay` (holding its queue) unless its binding may fail; runs of the
+//! same hook waiting right behind it are taken into it (`queue.rs`). Schedules (`schedule.rs`) add
+//! their runs at the tail of their binding's queue. A hook's `settings` rate-limit its runs.
+
+mod kube;
+mod limiter;
+mod queue;
+mod schedule;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Result;
+use tokio::sync::watch;
+
+use self::kube::Monitor;
+use self::limiter::Limiter;
+use self::queue::{Queue, Task};
+use crate::cluster::client::Connection;
+use crate::controller::define::hooks_dir::ShellHook;
+use crate::controller::drive::watch::hub::Hub;
+use crate::controller::rules::shell::config::ConfigVersion;
+use crate::controller::rules::shell::context::{Pending, SnapshotItem, What};
+use crate::controller::serve::Serving;
+
+/// A loaded hooks directory, ready to run.
+pub struct Hooks {
+    pub hooks: Vec<ShellHook>,
+    /// Where each run's files are written.
+    pub tmp_dir: PathBuf,
+}
+
+/// What the queues' workers share.
+struct Shared {
+    hooks: Vec<Hook>,
+    tmp_dir: PathBuf,
+    queues: HashMap<String, Arc<Queue>>,
+    client: ::kube::Client,
+    hub: Arc<Hub>,
+    /// The running kubernetes bindings, by hook and binding.
+    monitors: std::sync::Mutex<HashMap<(usize, usize), Arc<Monitor>>>,
+}
+
+struct Hook {
+    loaded: ShellHook,
+    limiter: Option<Limiter>,
+    /// Set by the hook's turn in `main`: its schedules add runs from then on.
+    schedules_on: std::sync::atomic::AtomicBool,
+}
+
+impl Hooks {
+    /// Runs the hooks until `stop`; then lets the runs in flight finish (the caller bounds how long).
+    pub async fn run(self, conn: &Connection, serving: &Serving, mut stop: watch::Receiver<bool>) -> Result<()> {
+        let Hooks { hooks, tmp_dir } = self;
+        let mut names: BTreeSet<String> = BTreeSet::from(["main".to_owned()]);
+        for hook in &hooks {
+            names.extend(hook.config.schedules.iter().map(|s| s.queue.clone()));
+            names.extend(hook.config.kubernetes.iter().map(|k| k.queue.clone()));
+        }
+        let queues = names.into_iter().map(|name| (name.clone(), Arc::new(Queue::new(name)))).collect();
+        let hooks: Vec<Hook> = hooks
+            .into_iter()
+            .map(|loaded| Hook {
+                limiter: loaded.config.settings.map(Limiter::new),
+                loaded,
+                schedules_on: Default::default(),
+            })
+            .collect();
+        let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
+        let shared =
+            Arc::new(Shared { hooks, tmp_dir, queues, client: conn.client.clone(), hub, monitors: Default::default() });
+        shared.queue_start_up();
+
+        let (stop_workers, workers_stop) = watch::channel(false);
+        let mut tasks = tokio::task::JoinSet::new();
+        for queue in shared.queues.values() {
+            tasks.spawn(queue::work(shared.clone(), queue.clone(), workers_stop.clone()));
+        }
+        tasks.spawn(schedule::tick(shared.clone(), workers_stop));
+        tracing::info!(
+            hooks = shared.hooks.len(),
+            queues = shared.queues.len(),
+            "running {} hooks",
+            shared.hooks.len()
+        );
+        let _ = stop.wait_for(|s| *s).await;
+        // Each worker finishes the run it is in, then stops; a run cut short by the caller's deadline is
+        // stopped with every process it started.
+        let _ = stop_workers.send(true);
+        while tasks.join_next().await.is_some() {}
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// `main`'s first tasks: the onStartup runs in order (ties in path order), then each hook's turn to
+    /// start its schedules.
+    fn queue_start_up(&self) {
+        let main = &self.queues["main"];
+        let mut starting: Vec<(usize, f64)> =
+            self.hooks.iter().enumerate().filter_map(|(i, h)| h.loaded.config.on_startup.map(|o| (i, o))).collect();
+        starting.sort_by(|a, b| a.1.total_cmp(&b.1));
+        for (hook, _) in starting {
+            let v0 = self.hooks[hook].loaded.config.version == ConfigVersion::V0;
+            main.push(Task::Run {
+                hook,
+                event: "OnStartup",
+                allow_failure: false,
+                contexts: vec![Pending {
+                    binding: "onStartup".into(),
+                    what: What::OnStartup,
+                    group: None,
+                    snapshots: Vec::new(),
+                    v0,
+                }],
+                unlock: Vec::new(),
+            });
+        }
+        for (hook, loaded) in self.hooks.iter().enumerate() {
+            if !loaded.loaded.config.kubernetes.is_empty() {
+                main.push(Task::EnableKubernetes { hook });
+            }
+            if !loaded.loaded.config.schedules.is_empty() {
+                main.push(Task::EnableSchedules { hook });
+            }
+        }
+    }
+
+    /// Starts `hook`'s kubernetes bindings, in config order, and gives the tasks that come next in
+    /// `main`: each binding's Synchronization run (or its events let through, where it has none).
+    /// On a failure the bindings started are stopped, to be started afresh on the retry.
+    async fn enable_kubernetes(self: &Arc<Self>, hook: usize) -> Result<Vec<Task>, String> {
+        let config = &self.hooks[hook].loaded.config;
+        let mut started = Vec::new();
+        for (binding, k) in config.kubernetes.iter().enumerate() {
+            let monitor = kube::start(self, hook, binding)
+                .await
+                .map_err(|err| format!("kubernetes binding {:?} ({}): {err}", k.name, k.kind))?;
+            started.push((binding, monitor));
+        }
+        let mut next = Vec::new();
+        let mut monitors = self.monitors.lock().unwrap_or_else(|e| e.into_inner());
+        for (binding, monitor) in started {
+            monitors.insert((hook, binding), monitor);
+            let k = &config.kubernetes[binding];
+            tracing::info!(
+                hook = self.hooks[hook].loaded.name.as_str(),
+                binding = k.name.as_str(),
+                "Enable kubernetes binding for hook"
+            );
+            if k.v0 || !k.execute_on_synchronization {
+                next.push(Task::Unlock { hook, binding });
+                continue;
+            }
+            next.push(Task::Run {
+                hook,
+                event: "Kubernetes",
+                allow_failure: k.allow_failure,
+                contexts: vec![Pending {
+                    binding: k.name.clone(),
+                    what: What::Synchronization,
+                    group: k.group.clone(),
+                    snapshots: k.include_snapshots.clone(),
+                    v0: false,
+                }],
+                unlock: vec![(hook, binding)],
+            });
+        }
+        Ok(next)
+    }
+
+    fn monitor(&self, hook: usize, binding: usize) -> Option<Arc<Monitor>> {
+        self.monitors.lock().unwrap_or_else(|e| e.into_inner()).get(&(hook, binding)).cloned()
+    }
+
+    /// Lets the events of these bindings flow to their queues.
+    fn unlock(&self, bindings: &[(usize, usize)]) {
+        for &(hook, binding) in bindings {
+            if let Some(monitor) = self.monitor(hook, binding) {
+                monitor.open(self);
+                tracing::info!(hook = self.hooks[hook].loaded.name.as_str(), "Unlock kubernetes.Event tasks");
+            }
+        }
+    }
+
+    /// The objects of `hook`'s kubernetes binding `name` now; none if it is not running yet.
+    fn snapshot(&self, hook: usize, name: &str) -> Vec<SnapshotItem> {
+        let Some(binding) = self.hooks[hook].loaded.config.kubernetes.iter().position(|k| k.name == name) else {
+            return Vec::new();
+        };
+        self.monitor(hook, binding).map(|m| m.snapshot()).unwrap_or_default()
+    }
+}
