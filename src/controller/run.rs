@@ -54,9 +54,11 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
             let writer = Writer { member: None, fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default() };
             Plan::Fleet(Fleet { selector, namespace: namespace.clone(), driving, writer, kro_features })
         }
-        Source::HooksDir { dir, tmp_dir } => {
-            Plan::Hooks(Hooks { hooks: hooks_dir::load(&dir).await?, tmp_dir: make_tmp_dir(tmp_dir)? })
-        }
+        Source::HooksDir { dir, tmp_dir } => Plan::Hooks(Hooks {
+            hooks: hooks_dir::load(&dir).await?,
+            tmp_dir: make_tmp_dir(tmp_dir)?,
+            fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default(),
+        }),
         Source::Manifests(paths) => Plan::Fixed(define::from_manifests(conn, &paths, kro_features).await?),
         Source::Flags { gvr, hook } => {
             let resolved = resolve_parent(conn, &gvr).await?;

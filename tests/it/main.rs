@@ -24,6 +24,7 @@ mod reconcile_scale;
 mod schemaless_crd;
 mod secrets_in_logs;
 mod sharding;
+mod shell_hooks;
 mod streaming_lists;
 mod takeover_race;
 mod templates;

@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::cluster::requests::RequestCounter;
+use crate::controller::rules::shell::metrics::Series;
 
 /// A reconcile's labels: which controller (`samples`, `hook`, or a controller object's name, as
 /// controller-runtime labels its metrics) and how it ended.
@@ -32,6 +33,8 @@ pub struct Metrics {
     pub in_flight: Gauge,
     pub backlog: Gauge,
     pub leader: Gauge,
+    /// What shell-operator hooks wrote to their metrics files.
+    pub hooks: std::sync::Mutex<Series>,
 }
 
 impl Metrics {
@@ -40,7 +43,7 @@ impl Metrics {
         let reconciles = Family::<ResultLabel, Counter>::default();
         registry.register(
             "reconcile",
-            "Reconciles by controller and result (ready, not_ready, deleting, ignored, error)",
+            "Reconciles (and shell-operator hook runs) by controller and result (ready, not_ready, deleting, ignored, success, error)",
             reconciles.clone(),
         );
         let errors = Counter::default();
@@ -58,7 +61,17 @@ impl Metrics {
             "1 while this replica holds the leader lease (or runs without election)",
             leader.clone(),
         );
-        Metrics { registry, requests, reconciles, errors, duration, in_flight, backlog, leader }
+        Metrics {
+            registry,
+            requests,
+            reconciles,
+            errors,
+            duration,
+            in_flight,
+            backlog,
+            leader,
+            hooks: Default::default(),
+        }
     }
 
     pub fn reconciled(&self, controller: &str, result: &'static str, took: Duration) {
@@ -84,7 +97,8 @@ impl Metrics {
         for ((verb, resource), n) in self.requests.snapshot().0 {
             let _ = writeln!(requests, "samplectl_api_requests_total{{verb=\"{verb}\",resource=\"{resource}\"}} {n}");
         }
-        format!("{body}{requests}# EOF\n")
+        let hooks = self.hooks.lock().unwrap_or_else(|e| e.into_inner()).render();
+        format!("{body}{requests}{hooks}# EOF\n")
     }
 }
 

@@ -136,20 +136,62 @@ async fn log_lines(
             continue;
         }
         let line: String = line.chars().take(10_000).collect();
-        tracing::info!(
-            hook = labels.hook.as_str(),
-            binding = labels.binding.as_str(),
-            event = labels.event,
-            queue = labels.queue.as_str(),
-            output,
-            "{line}"
-        );
+        if !log_json_line(&line, output, labels) {
+            tracing::info!(
+                hook = labels.hook.as_str(),
+                binding = labels.binding.as_str(),
+                event = labels.event,
+                queue = labels.queue.as_str(),
+                output,
+                "{line}"
+            );
+        }
         if keep && kept.len() < 64 * 1024 {
             kept.push_str(&line);
             kept.push('\n');
         }
     }
     kept
+}
+
+/// A line that is a JSON object is logged as the record it is, as shell-operator logs it: at its
+/// `level`, with its `msg` (`hook result` without one) and its other fields as `hook_fields`. False for
+/// any other line.
+fn log_json_line(line: &str, output: &'static str, labels: &RunLabels) -> bool {
+    if !line.starts_with('{') {
+        return false;
+    }
+    let Ok(serde_json::Value::Object(mut record)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return false;
+    };
+    let level = record.remove("level").and_then(|l| l.as_str().map(str::to_lowercase)).unwrap_or_default();
+    let msg = match record.remove("msg") {
+        Some(serde_json::Value::String(msg)) => msg,
+        Some(other) => other.to_string(),
+        None => "hook result".to_owned(),
+    };
+    let fields = serde_json::Value::Object(record).to_string();
+    macro_rules! record {
+        ($level:ident) => {
+            tracing::$level!(
+                hook = labels.hook.as_str(),
+                binding = labels.binding.as_str(),
+                event = labels.event,
+                queue = labels.queue.as_str(),
+                output,
+                proxy_json_log = true,
+                hook_fields = fields.as_str(),
+                "{msg}"
+            )
+        };
+    }
+    match level.as_str() {
+        "debug" | "trace" => record!(debug),
+        "warn" | "warning" => record!(warn),
+        "error" | "fatal" | "panic" => record!(error),
+        _ => record!(info),
+    }
+    true
 }
 
 /// A hook's name made safe as part of a file name: what is not a letter, digit, `_` or `-` becomes `-`.

@@ -8,6 +8,7 @@
 
 mod kube;
 mod limiter;
+mod patch;
 mod queue;
 mod schedule;
 
@@ -24,6 +25,7 @@ use self::queue::{Queue, Task};
 use crate::cluster::client::Connection;
 use crate::controller::define::hooks_dir::ShellHook;
 use crate::controller::drive::watch::hub::Hub;
+use crate::controller::engine::fence::Fence;
 use crate::controller::rules::shell::config::ConfigVersion;
 use crate::controller::rules::shell::context::{Pending, SnapshotItem, What};
 use crate::controller::serve::Serving;
@@ -33,6 +35,8 @@ pub struct Hooks {
     pub hooks: Vec<ShellHook>,
     /// Where each run's files are written.
     pub tmp_dir: PathBuf,
+    /// Checked before each write of a patch file: closed once a Lease held for them may have passed on.
+    pub fence: Fence,
 }
 
 /// What the queues' workers share.
@@ -42,6 +46,8 @@ struct Shared {
     queues: HashMap<String, Arc<Queue>>,
     client: ::kube::Client,
     hub: Arc<Hub>,
+    fence: Fence,
+    metrics: Arc<crate::controller::serve::metrics::Metrics>,
     /// The running kubernetes bindings, by hook and binding.
     monitors: std::sync::Mutex<HashMap<(usize, usize), Arc<Monitor>>>,
 }
@@ -56,7 +62,7 @@ struct Hook {
 impl Hooks {
     /// Runs the hooks until `stop`; then lets the runs in flight finish (the caller bounds how long).
     pub async fn run(self, conn: &Connection, serving: &Serving, mut stop: watch::Receiver<bool>) -> Result<()> {
-        let Hooks { hooks, tmp_dir } = self;
+        let Hooks { hooks, tmp_dir, fence } = self;
         let mut names: BTreeSet<String> = BTreeSet::from(["main".to_owned()]);
         for hook in &hooks {
             names.extend(hook.config.schedules.iter().map(|s| s.queue.clone()));
@@ -72,8 +78,16 @@ impl Hooks {
             })
             .collect();
         let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
-        let shared =
-            Arc::new(Shared { hooks, tmp_dir, queues, client: conn.client.clone(), hub, monitors: Default::default() });
+        let shared = Arc::new(Shared {
+            hooks,
+            tmp_dir,
+            queues,
+            client: conn.client.clone(),
+            hub,
+            fence,
+            metrics: serving.metrics.clone(),
+            monitors: Default::default(),
+        });
         shared.queue_start_up();
 
         let (stop_workers, workers_stop) = watch::channel(false);

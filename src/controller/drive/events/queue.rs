@@ -12,6 +12,7 @@ use tokio::sync::{Notify, watch};
 
 use super::Shared;
 use crate::controller::rules::shell::context::{self, Pending};
+use crate::controller::rules::shell::{metrics, patch};
 use crate::controller::sync::shell_hook::{self, RunLabels};
 
 pub enum Task {
@@ -133,7 +134,11 @@ pub async fn work(shared: Arc<Shared>, queue: Arc<Queue>, mut stop: watch::Recei
                 tracing::debug!(hook = shared.hooks[hook].loaded.name.as_str(), "schedules of the hook on");
             }
             Task::Run { hook, event, allow_failure, contexts, unlock } => {
-                match run(&shared, &queue.name, hook, event, &contexts, &unlock).await {
+                let started = std::time::Instant::now();
+                let result = run(&shared, &queue.name, hook, event, &contexts, &unlock).await;
+                let outcome = if result.is_ok() { "success" } else { "error" };
+                shared.metrics.reconciled(&shared.hooks[hook].loaded.name, outcome, started.elapsed());
+                match result {
                     Ok(()) => {
                         failures = 0;
                         shared.unlock(&unlock);
@@ -206,13 +211,15 @@ async fn run(
         rendered.len()
     );
     let outputs = shell_hook::run(&hook.loaded.path, &shared.tmp_dir, &context::file_text(&rendered), &labels).await?;
-    for (what, text) in [("$KUBERNETES_PATCH_PATH", &outputs.patches), ("$METRICS_PATH", &outputs.metrics)] {
-        if !String::from_utf8_lossy(text).trim().is_empty() {
-            tracing::warn!(
-                hook = labels.hook.as_str(),
-                "{}: what the hook wrote to {what} is not applied: samplectl does not read that file yet",
-                labels.hook
-            );
+    let operations = patch::parse(&outputs.patches).map_err(|err| format!("$KUBERNETES_PATCH_PATH: {err}"))?;
+    if !operations.is_empty() {
+        super::patch::apply(shared, operations).await.map_err(|err| format!("kubernetes patch operations: {err}"))?;
+    }
+    let metric_operations = metrics::parse(&outputs.metrics).map_err(|err| format!("$METRICS_PATH: {err}"))?;
+    if !metric_operations.is_empty() {
+        let mut series = shared.metrics.hooks.lock().unwrap_or_else(|e| e.into_inner());
+        for problem in series.apply(&labels.hook, &metric_operations) {
+            tracing::warn!(hook = labels.hook.as_str(), "$METRICS_PATH: {problem}");
         }
     }
     tracing::info!(hook = labels.hook.as_str(), binding = labels.binding.as_str(), queue, "Hook executed successfully");

@@ -7,4 +7,6 @@ pub mod config;
 pub mod context;
 pub mod cron;
 pub mod jq;
+pub mod metrics;
+pub mod patch;
 pub mod schema;

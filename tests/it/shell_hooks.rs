@@ -1,0 +1,465 @@
+//! shell-operator's hooks run by `samplectl reconcile --hooks-dir`: a directory of executables found and
+//! asked for their config as shell-operator does, run at start-up in order, on schedules and on
+//! kubernetes events with shell-operator's binding contexts, their patch files applied and their
+//! metrics files exported, failures retried holding their queue, and bad configs refused with the hook
+//! and the field. The hooks write what they were given into files the test reads; kubectl is the witness
+//! for what they changed.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Background, Namespace, eventually, free_port, http_get, kubectl, kubectl_json, samplectl};
+
+const SOON: Duration = Duration::from_secs(30);
+
+/// A hooks directory of the test's own, with a directory beside it where hooks write what they saw.
+struct Hooks {
+    dir: tempfile::TempDir,
+}
+
+impl Hooks {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("hooks")).unwrap();
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
+        Hooks { dir }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("hooks")
+    }
+
+    fn out(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+
+    fn tmp(&self) -> PathBuf {
+        self.dir.path().join("tmp")
+    }
+
+    /// An executable hook at `path` (under the hooks directory) answering `config` to `--config` and
+    /// running `body` (bash, with `$OUT` the output directory) otherwise.
+    fn hook(&self, path: &str, config: &str, body: &str) {
+        let file = self.root().join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let script = format!(
+            "#!/usr/bin/env bash\nOUT='{}'\nif [[ $1 == --config ]]; then cat <<'CONFIG'\n{config}\nCONFIG\nexit 0\nfi\n{body}\n",
+            self.out().display()
+        );
+        std::fs::write(&file, script).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    fn file(&self, path: &str, text: &str, mode: u32) {
+        let file = self.root().join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, text).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn run(&self, extra: &[&str]) -> Background {
+        let (root, tmp) = (self.root(), self.tmp());
+        let mut args = vec!["reconcile", "--hooks-dir", root.to_str().unwrap(), "--tmp-dir", tmp.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Background::start(&args)
+    }
+
+    /// The lines hooks appended to `out/<name>`.
+    fn lines(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.out().join(name)).unwrap_or_default().lines().map(str::to_owned).collect()
+    }
+
+    /// Every binding context file a hook saved with `save` (below), in the order of the runs.
+    fn contexts(&self, prefix: &str) -> Vec<Value> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.out())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{prefix}-")))
+            .collect();
+        files.sort();
+        files.iter().map(|f| serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap()).collect()
+    }
+}
+
+/// A hook body that saves its binding context as `out/<prefix>-<time>.json`.
+fn save(prefix: &str) -> String {
+    format!(r#"cp "$BINDING_CONTEXT_PATH" "$OUT/{prefix}-$(date +%s%N).json""#)
+}
+
+/// The object of a context item without what the API server sets.
+fn bare(object: &Value) -> Value {
+    json!({"name": object["metadata"]["name"], "data": object["data"]})
+}
+
+#[test]
+fn hooks_run_at_start_up_in_order_then_on_schedules_as_shell_operator_runs_them() {
+    let _cluster = crate::support::shared();
+    let hooks = Hooks::new();
+    let log = |what: &str| {
+        format!(
+            r#"echo "{what} $(pwd) ${{BINDING_CONTEXT_PATH:+ctx}}${{METRICS_PATH:+,metrics}}${{KUBERNETES_PATCH_PATH:+,patch}}" >> "$OUT/order""#
+        )
+    };
+    hooks.hook("b-late.sh", "configVersion: v1\nonStartup: 20", &format!("{}\n{}", log("late"), save("late")));
+    hooks.hook("a/early.py.sh", "{\"configVersion\": \"v1\", \"onStartup\": 10}", &log("early"));
+    // v0: no configVersion; its contexts carry only the binding.
+    hooks.hook("c-v0.sh", "onStartup: 15\nschedule:\n- crontab: '* * * * * *'\n  name: v0tick", &save("v0"));
+    hooks.hook(
+        "d/ticks.sh",
+        "configVersion: v1\nschedule:\n- name: every second\n  crontab: '*/1 * * * * *'\n  queue: ticks",
+        &format!("{}\necho tick >> \"$OUT/ticks\"", save("tick")),
+    );
+    // What shell-operator skips: not executable, hidden, in lib/, or named as data.
+    hooks.file("notes.md", "#!/bin/sh\nexit 1", 0o755);
+    hooks.file("values.yaml", "#!/bin/sh\nexit 1", 0o755);
+    hooks.file(".hidden.sh", "#!/bin/sh\nexit 1", 0o755);
+    hooks.file("lib/helper.sh", "#!/bin/sh\nexit 1", 0o755);
+    hooks.file("plain.sh", "#!/bin/sh\nexit 1", 0o644);
+
+    let runner = hooks.run(&[]);
+    eventually(SOON, "the start-up hooks ran and the schedule ticked", || {
+        match (hooks.lines("order").len(), hooks.lines("ticks").len()) {
+            (2, n) if n >= 2 => Ok(()),
+            other => Err(format!("{other:?}: {}", runner.stderr())),
+        }
+    });
+    let root = hooks.root();
+    assert_eq!(
+        hooks.lines("order"),
+        [
+            format!("early {} ctx,metrics,patch", root.join("a").display()),
+            format!("late {} ctx,metrics,patch", root.display()),
+        ]
+    );
+    assert_eq!(hooks.contexts("late"), [json!([{"binding": "onStartup"}])]);
+    let v0 = hooks.contexts("v0");
+    assert_eq!(v0[0], json!([{"binding": "onStartup"}]));
+    assert!(v0[1..].iter().all(|c| c == &json!([{"binding": "v0tick"}])), "{v0:?}");
+    let ticks = hooks.contexts("tick");
+    assert!(ticks.iter().all(|c| c == &json!([{"binding": "every second", "type": "Schedule"}])), "{ticks:?}");
+    let (_, logged) = runner.stop("TERM", Duration::from_secs(10));
+    assert!(logged.contains("file is skipped: plain.sh: no executable permissions, chmod +x is required"), "{logged}");
+    for skipped in ["notes.md", "values.yaml", ".hidden.sh", "lib/helper.sh"] {
+        assert!(!logged.contains(&format!("hook {skipped}")), "{skipped} was loaded: {logged}");
+    }
+    // Each run's files are gone once it is over.
+    assert_eq!(std::fs::read_dir(hooks.tmp()).unwrap().count(), 0);
+}
+
+#[test]
+fn kubernetes_bindings_give_shell_operators_binding_contexts() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("shell-kube");
+    kubectl(&["-n", &ns.0, "create", "configmap", "one", "--from-literal=a=1"]).success();
+    kubectl(&["-n", &ns.0, "label", "configmap", "one", "pick=yes"]).success();
+    kubectl(&["-n", &ns.0, "create", "secret", "generic", "s1", "--from-literal=x=y"]).success();
+    let hooks = Hooks::new();
+    let config = format!(
+        "configVersion: v1
+kubernetes:
+- name: picked
+  apiVersion: v1
+  kind: ConfigMap
+  namespace: {{nameSelector: {{matchNames: [{ns}]}}}}
+  labelSelector: {{matchLabels: {{pick: 'yes'}}}}
+  jqFilter: '{{name: .metadata.name, data: .data}}'
+  keepFullObjectsInMemory: false
+- name: secrets
+  kind: secret
+  namespace: {{nameSelector: {{matchNames: [{ns}]}}}}
+  executeHookOnEvent: [Added, Deleted]
+  includeSnapshotsFrom: [picked]",
+        ns = ns.0
+    );
+    hooks.hook("watch.sh", &config, &save("ctx"));
+    let runner = hooks.run(&[]);
+    eventually(SOON, "both Synchronization runs", || match hooks.contexts("ctx").len() {
+        2 => Ok(()),
+        n => Err(format!("{n} runs: {}", runner.stderr())),
+    });
+    let contexts = hooks.contexts("ctx");
+    assert_eq!(
+        contexts[0],
+        json!([{"binding": "picked", "type": "Synchronization",
+                "objects": [{"filterResult": {"name": "one", "data": {"a": "1"}}}]}])
+    );
+    let sync = &contexts[1][0];
+    assert_eq!((&sync["binding"], &sync["type"]), (&json!("secrets"), &json!("Synchronization")));
+    assert_eq!(sync["objects"][0]["object"]["metadata"]["name"], "s1");
+    assert_eq!(sync["objects"][0]["object"]["kind"], "Secret");
+    assert_eq!(sync["snapshots"], json!({"picked": [{"filterResult": {"name": "one", "data": {"a": "1"}}}]}));
+
+    // A change the filter does not see is no event; a change it sees is; so are an added and a deleted
+    // object; a Modified secret is not asked for.
+    kubectl(&["-n", &ns.0, "annotate", "configmap", "one", "x=y"]).success();
+    kubectl(&["-n", &ns.0, "patch", "configmap", "one", "-p", r#"{"data":{"a":"2"}}"#]).success();
+    kubectl(&["-n", &ns.0, "create", "configmap", "two", "--from-literal=b=2"]).success();
+    kubectl(&["-n", &ns.0, "label", "configmap", "two", "pick=yes"]).success();
+    kubectl(&["-n", &ns.0, "annotate", "secret", "s1", "x=y"]).success();
+    kubectl(&["-n", &ns.0, "create", "secret", "generic", "s2", "--from-literal=x=y"]).success();
+    kubectl(&["-n", &ns.0, "delete", "configmap", "one"]).success();
+    eventually(SOON, "four events", || {
+        let n = hooks.contexts("ctx").iter().map(|c| c.as_array().unwrap().len()).sum::<usize>();
+        if n >= 6 { Ok(()) } else { Err(format!("{n} contexts: {}", runner.stderr())) }
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    // Runs of one hook waiting behind each other are combined: count contexts, not runs.
+    let events: Vec<Value> = hooks.contexts("ctx")[2..].iter().flat_map(|c| c.as_array().unwrap().clone()).collect();
+    let summary: Vec<(String, String, Value)> = events
+        .iter()
+        .map(|e| {
+            let what = match &e["filterResult"] {
+                Value::Null => bare(&e["object"]),
+                result => result.clone(),
+            };
+            (e["binding"].as_str().unwrap().to_owned(), e["watchEvent"].as_str().unwrap().to_owned(), what)
+        })
+        .collect();
+    // In order per binding (two watches may deliver in either order between them).
+    let of = |binding: &str| summary.iter().filter(|(b, _, _)| b == binding).cloned().collect::<Vec<_>>();
+    assert_eq!(
+        of("picked"),
+        [
+            ("picked".into(), "Modified".into(), json!({"name": "one", "data": {"a": "2"}})),
+            ("picked".into(), "Added".into(), json!({"name": "two", "data": {"b": "2"}})),
+            ("picked".into(), "Deleted".into(), json!({"name": "one", "data": {"a": "2"}})),
+        ]
+    );
+    assert_eq!(of("secrets"), [("secrets".into(), "Added".into(), json!({"name": "s2", "data": {"x": "eQ=="}}))]);
+    // Without objects kept, an event carries none; with them, it does; and snapshots are read at the run.
+    assert!(events[0].get("object").is_none(), "{}", events[0]);
+    let secret_added = events.iter().find(|e| e["binding"] == "secrets").unwrap();
+    assert_eq!(secret_added["type"], "Event");
+    let picked = secret_added["snapshots"]["picked"].as_array().unwrap();
+    assert!(picked.iter().any(|item| item["filterResult"]["name"] == "two"), "{secret_added}");
+    drop(runner);
+}
+
+#[test]
+fn patch_files_are_applied_with_every_operation() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("shell-patch");
+    crate::support::install_crd();
+    kubectl(&["-n", &ns.0, "create", "configmap", "exists", "--from-literal=a=1"]).success();
+    for name in ["merge", "json", "jq", "gone-fg", "gone-bg", "gone-orphan"] {
+        kubectl(&["-n", &ns.0, "create", "configmap", name, "--from-literal=a=1"]).success();
+    }
+    crate::support::apply(&ns.0, &crate::support::sample("s", "x"));
+    let ops = [
+        json!({"operation": "Create", "object": {"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "created", "namespace": ns.0}, "data": {"k": "v"}}}),
+        json!({"operation": "CreateIfNotExists", "object": {"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "exists", "namespace": ns.0}, "data": {"a": "changed"}}}),
+        json!({"operation": "CreateOrUpdate", "object": format!(
+               "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: replaced\n  namespace: {}\ndata:\n  r: '1'\n", ns.0)}),
+        json!({"operation": "CreateOrUpdate", "object": {"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "exists", "namespace": ns.0}, "data": {"b": "2"}}}),
+        json!({"operation": "MergePatch", "kind": "ConfigMap", "namespace": ns.0, "name": "merge",
+               "mergePatch": {"data": {"m": "1"}}}),
+        json!({"operation": "JSONPatch", "kind": "configmap", "namespace": ns.0, "name": "json",
+               "jsonPatch": [{"op": "add", "path": "/data/j", "value": "1"}]}),
+        json!({"operation": "JQPatch", "apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.0, "name": "jq",
+               "jqFilter": ".data.q = \"1\""}),
+        json!({"operation": "MergePatch", "apiVersion": "example.com/v1alpha1", "kind": "Sample", "namespace": ns.0,
+               "name": "s", "subresource": "/status", "mergePatch": {"status": {"observedGeneration": 7}}}),
+        json!({"operation": "MergePatch", "kind": "ConfigMap", "namespace": ns.0, "name": "missing",
+               "ignoreMissingObject": true, "mergePatch": {"data": {"x": "1"}}}),
+        json!({"operation": "Delete", "kind": "ConfigMap", "namespace": ns.0, "name": "gone-fg"}),
+        json!({"operation": "DeleteInBackground", "kind": "ConfigMap", "namespace": ns.0, "name": "gone-bg"}),
+        json!({"operation": "DeleteNonCascading", "kind": "ConfigMap", "namespace": ns.0, "name": "gone-orphan"}),
+        json!({"operation": "Delete", "kind": "ConfigMap", "namespace": ns.0, "name": "never-was"}),
+    ];
+    let file = ops.iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
+    let hooks = Hooks::new();
+    hooks.file("ops.json.in", &file, 0o644);
+    let ops_file = hooks.root().join("ops.json.in");
+    hooks.hook(
+        "patch.sh",
+        "configVersion: v1\nonStartup: 1",
+        &format!("cp '{}' \"$KUBERNETES_PATCH_PATH\"\necho done >> \"$OUT/done\"", ops_file.display()),
+    );
+    let runner = hooks.run(&[]);
+    eventually(SOON, "the patch run succeeded", || {
+        if runner.stderr().contains("Hook executed successfully") { Ok(()) } else { Err(runner.stderr()) }
+    });
+    let data = |name: &str| kubectl_json(&["-n", &ns.0, "get", "configmap", name])["data"].clone();
+    assert_eq!(data("created"), json!({"k": "v"}));
+    assert_eq!(data("exists"), json!({"b": "2"}));
+    assert_eq!(data("replaced"), json!({"r": "1"}));
+    assert_eq!(data("merge"), json!({"a": "1", "m": "1"}));
+    assert_eq!(data("json"), json!({"a": "1", "j": "1"}));
+    assert_eq!(data("jq"), json!({"a": "1", "q": "1"}));
+    let status = kubectl_json(&["-n", &ns.0, "get", "samples.example.com", "s"])["status"].clone();
+    assert_eq!(status["observedGeneration"], 7);
+    let left = kubectl(&["-n", &ns.0, "get", "configmaps", "-o", "name"]).success().stdout;
+    for gone in ["gone-fg", "gone-bg", "gone-orphan", "missing"] {
+        assert!(!left.contains(&format!("configmap/{gone}\n")), "{gone} is still there: {left}");
+    }
+    drop(runner);
+
+    // One bad operation refuses the whole file: the run fails, nothing is sent, and it is retried.
+    let hooks = Hooks::new();
+    let bad = [
+        json!({"operation": "Create", "object": {"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "not-created", "namespace": ns.0}}}),
+        json!({"operation": "Delete", "name": "no-kind"}),
+    ];
+    hooks.file("bad.json.in", &bad.iter().map(Value::to_string).collect::<Vec<_>>().join("\n"), 0o644);
+    let bad_file = hooks.root().join("bad.json.in");
+    hooks.hook(
+        "patch.sh",
+        "configVersion: v1\nonStartup: 1",
+        &format!("cp '{}' \"$KUBERNETES_PATCH_PATH\"", bad_file.display()),
+    );
+    let runner = hooks.run(&[]);
+    eventually(SOON, "the run failed", || {
+        let log = runner.stderr();
+        if log.contains("patch.sh FAILED") { Ok(log) } else { Err(log) }
+    });
+    let log = runner.stderr();
+    assert!(
+        log.contains("$KUBERNETES_PATCH_PATH: can't validate document") && log.contains("kind is required"),
+        "{log}"
+    );
+    assert!(log.contains("tried again in 5s"), "{log}");
+    assert!(kubectl(&["-n", &ns.0, "get", "configmap", "not-created"]).code != 0);
+}
+
+#[test]
+fn a_failing_hook_holds_its_queue_and_is_retried_unless_it_may_fail() {
+    let _cluster = crate::support::shared();
+    let hooks = Hooks::new();
+    // Fails on its first run, succeeds on the second.
+    hooks.hook(
+        "a-flaky.sh",
+        "configVersion: v1\nonStartup: 1",
+        r#"if [[ ! -e "$OUT/flaky-failed" ]]; then touch "$OUT/flaky-failed"; echo "not yet" >&2; exit 3; fi
+echo flaky >> "$OUT/order""#,
+    );
+    hooks.hook("b-after.sh", "configVersion: v1\nonStartup: 2", r#"echo after >> "$OUT/order""#);
+    hooks.hook(
+        "c-may-fail.sh",
+        "configVersion: v1\nschedule:\n- crontab: '* * * * * *'\n  allowFailure: true\n  queue: other",
+        r#"echo failing >> "$OUT/may-fail"; exit 1"#,
+    );
+    let started = std::time::Instant::now();
+    let runner = hooks.run(&[]);
+    eventually(SOON, "both start-up hooks ran", || match hooks.lines("order").len() {
+        2 => Ok(()),
+        n => Err(format!("{n}: {}", runner.stderr())),
+    });
+    let took = started.elapsed();
+    // The second waited behind the first's retry, 5 s after its failure.
+    assert_eq!(hooks.lines("order"), ["flaky", "after"]);
+    assert!(took >= Duration::from_secs(5), "{took:?}");
+    // The hook allowed to fail runs on every tick regardless (its schedule on once main got to it).
+    eventually(SOON, "the failing schedule ran three times", || match hooks.lines("may-fail").len() {
+        n if n >= 3 => Ok(()),
+        n => Err(format!("{n}")),
+    });
+    let (_, log) = runner.stop("TERM", Duration::from_secs(10));
+    assert!(log.contains("a-flaky.sh FAILED: not yet; tried again in 5s"), "{log}");
+    assert!(log.contains("Hook failed, but allowed to fail: cmd run: exit status 1"), "{log}");
+}
+
+#[test]
+fn metrics_files_are_exported_on_samplectls_metrics() {
+    let _cluster = crate::support::shared();
+    let hooks = Hooks::new();
+    hooks.hook(
+        "metrics.sh",
+        "configVersion: v1\nschedule:\n- crontab: '* * * * * *'",
+        r#"cat > "$METRICS_PATH" <<'M'
+{"name": "hook_runs_total", "add": 1}
+{"name": "temperature", "set": 21.5, "labels": {"room": "a"}}
+{"name": "latency", "action": "observe", "value": 0.3, "buckets": [0.1, 1]}
+M"#,
+    );
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let runner = hooks.run(&["--metrics-addr", &addr]);
+    let body = eventually(SOON, "two runs counted", || match http_get(port, "/metrics") {
+        Some((200, body)) if body.contains("hook_runs_total{hook=\"metrics.sh\"} 2") => Ok(body),
+        other => Err(format!("{other:?}: {}", runner.stderr())),
+    });
+    assert!(body.contains("temperature{hook=\"metrics.sh\",room=\"a\"} 21.5"), "{body}");
+    assert!(body.contains("latency_bucket{hook=\"metrics.sh\",le=\"1\"}"), "{body}");
+    assert!(body.contains("samplectl_reconcile_total{controller=\"metrics.sh\",result=\"success\"}"), "{body}");
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+}
+
+#[test]
+fn bad_hook_configs_are_refused_with_the_hook_and_the_field() {
+    let _cluster = crate::support::shared();
+    let cases = [
+        (
+            "configVersion: v1\nschedule: {name: x}\nbogus: 1",
+            vec!["schedule must be of type array", ".bogus is a forbidden property"],
+        ),
+        (
+            "configVersion: v1\nkubernetes:\n- kind: Pod\n  allowFailure: 'yes'",
+            vec!["kubernetes.0.allowFailure must be of type boolean"],
+        ),
+        (
+            "configVersion: v1\nschedule:\n- crontab: '* * *'",
+            vec!["invalid schedule config [0]", "crontab is invalid: Expected 5 or 6 fields, found 3"],
+        ),
+        (
+            "configVersion: v1\nkubernetes:\n- kind: Pod\n  jqFilter: '.a |'",
+            vec!["invalid kubernetes config [0]: jqFilter: cannot parse"],
+        ),
+        ("configVersion: v3\nonStartup: 1", vec!["'configVersion' value 'v3' is unsupported"]),
+        (
+            "configVersion: v1\nschedule:\n- crontab: '* * * * *'\n  includeSnapshotsFrom: [pods]",
+            vec!["'pods' binding name not found"],
+        ),
+    ];
+    for (config, wanted) in cases {
+        let hooks = Hooks::new();
+        hooks.hook("sub/bad.sh", config, "true");
+        let run = samplectl(&[
+            "reconcile",
+            "--hooks-dir",
+            hooks.root().to_str().unwrap(),
+            "--tmp-dir",
+            hooks.tmp().to_str().unwrap(),
+        ]);
+        assert_eq!(run.code, 1, "{config}: {}", run.stderr);
+        assert!(run.stderr.contains("creating hook 'sub/bad.sh': load hook 'sub/bad.sh' config:"), "{}", run.stderr);
+        for w in wanted {
+            assert!(run.stderr.contains(w), "{config}: wanted {w:?} in {}", run.stderr);
+        }
+        assert!(run.stderr.contains("hook --config output:"), "{}", run.stderr);
+    }
+    // A hook that cannot say its config stops the start, named by its path.
+    let hooks = Hooks::new();
+    hooks.file("broken.sh", "#!/usr/bin/env bash\necho oops >&2\nexit 4\n", 0o755);
+    let run = samplectl(&[
+        "reconcile",
+        "--hooks-dir",
+        hooks.root().to_str().unwrap(),
+        "--tmp-dir",
+        hooks.tmp().to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 1);
+    let path = hooks.root().join("broken.sh");
+    assert!(
+        run.stderr.contains(&format!("cannot get config for hook '{}': exit status 4", path.display())),
+        "{}",
+        run.stderr
+    );
+    // A directory that is not there.
+    let missing = Path::new("/nonexistent/hooks");
+    let run = samplectl(&["reconcile", "--hooks-dir", missing.to_str().unwrap()]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("hooks directory: path '/nonexistent/hooks' not exist"), "{}", run.stderr);
+    // And flags that do not go with it, before anything is read.
+    let run = crate::support::samplectl_bare(&["reconcile", "--hooks-dir", "/tmp", "--gvr", "v1/configmaps"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let run = crate::support::samplectl_bare(&["reconcile", "--hooks-dir", "/tmp", "--shard-ring", "r"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+}
