@@ -327,6 +327,31 @@ fn patch_files_are_applied_with_every_operation() {
     );
     assert!(log.contains("tried again in 5s"), "{log}");
     assert!(kubectl(&["-n", &ns.0, "get", "configmap", "not-created"]).code != 0);
+    drop(runner);
+
+    // A hook that fails: of its patch file only the status patches marked ignoreHookError are applied,
+    // as shell-operator documents (its code applies none).
+    let hooks = Hooks::new();
+    let on_failure = [
+        json!({"operation": "MergePatch", "apiVersion": "example.com/v1alpha1", "kind": "Sample", "namespace": ns.0,
+               "name": "s", "subresource": "/status", "ignoreHookError": true,
+               "mergePatch": {"status": {"observedGeneration": 9}}}),
+        json!({"operation": "MergePatch", "kind": "ConfigMap", "namespace": ns.0, "name": "merge",
+               "ignoreHookError": true, "mergePatch": {"data": {"failed": "1"}}}),
+    ];
+    hooks.file("fail.json.in", &on_failure.iter().map(Value::to_string).collect::<Vec<_>>().join("\n"), 0o644);
+    let fail_file = hooks.root().join("fail.json.in");
+    hooks.hook(
+        "patch.sh",
+        "configVersion: v1\nonStartup: 1",
+        &format!("cp '{}' \"$KUBERNETES_PATCH_PATH\"\nexit 1", fail_file.display()),
+    );
+    let runner = hooks.run(&[]);
+    eventually(SOON, "the status patch applied despite the failure", || {
+        let status = kubectl_json(&["-n", &ns.0, "get", "samples.example.com", "s"])["status"].clone();
+        if status["observedGeneration"] == 9 { Ok(()) } else { Err(format!("{status}: {}", runner.stderr())) }
+    });
+    assert_eq!(data("merge"), json!({"a": "1", "m": "1"}));
 }
 
 #[test]
@@ -462,4 +487,63 @@ fn bad_hook_configs_are_refused_with_the_hook_and_the_field() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     let run = crate::support::samplectl_bare(&["reconcile", "--hooks-dir", "/tmp", "--shard-ring", "r"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
+}
+
+/// What shell-operator lacks: with `--leader-elect`, one replica runs the hooks and the others stand by;
+/// when the one running is killed, another takes the Lease and starts them from the beginning
+/// (onStartup first), and the one that stopped writes nothing more.
+#[test]
+fn with_leader_election_one_replica_runs_the_hooks_and_another_takes_over() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("shell-lead");
+    let hooks = Hooks::new();
+    // Each line says which samplectl process ran the hook (the hook's parent).
+    hooks.hook("start.sh", "configVersion: v1\nonStartup: 1", r#"echo "start $PPID" >> "$OUT/runs""#);
+    hooks.hook(
+        "tick.sh",
+        "configVersion: v1\nschedule:\n- crontab: '* * * * * *'",
+        r#"echo "tick $PPID" >> "$OUT/runs""#,
+    );
+    let lease = format!("shell-{}", ns.0);
+    let elect = [
+        "--leader-elect",
+        "--leader-election-id",
+        &lease,
+        "--leader-election-namespace",
+        &ns.0,
+        "--lease-duration",
+        "4s",
+        "--renew-deadline",
+        "3s",
+        "--retry-period",
+        "500ms",
+    ];
+    let ran_by = |pid: u32| {
+        let pid = pid.to_string();
+        hooks.lines("runs").iter().filter(|l| l.ends_with(&format!(" {pid}"))).cloned().collect::<Vec<_>>()
+    };
+    let first = hooks.run(&elect);
+    let first_pid = first.child.id();
+    eventually(SOON, "the first replica runs the hooks", || match ran_by(first_pid).len() {
+        n if n >= 2 => Ok(()),
+        _ => Err(first.stderr()),
+    });
+    let second = hooks.run(&elect);
+    let second_pid = second.child.id();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(ran_by(second_pid), Vec::<String>::new(), "the standby ran hooks: {}", second.stderr());
+    assert!(second.stderr().contains("waiting for the lease"), "{}", second.stderr());
+
+    let (_, _) = first.stop("KILL", Duration::from_secs(5));
+    let lines_of_first = ran_by(first_pid).len();
+    eventually(SOON, "the standby takes over", || match ran_by(second_pid).first() {
+        Some(line) if line.starts_with("start ") && ran_by(second_pid).len() >= 2 => Ok(()),
+        _ => Err(second.stderr()),
+    });
+    assert_eq!(ran_by(first_pid).len(), lines_of_first, "the killed replica ran on");
+    let (code, logged) = second.stop("TERM", Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{logged}");
+    // Released on the way out: nobody holds the Lease.
+    let held = kubectl_json(&["-n", &ns.0, "get", "lease", &lease]);
+    assert!(held["spec"]["holderIdentity"].as_str().unwrap_or_default().is_empty(), "{held}");
 }

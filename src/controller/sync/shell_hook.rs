@@ -28,8 +28,22 @@ pub struct Outputs {
     pub metrics: Vec<u8>,
 }
 
+/// A run that failed: why, and what it had written to its patch file by then (operations marked
+/// `ignoreHookError` are applied all the same).
+#[derive(Debug)]
+pub struct Failure {
+    pub message: String,
+    pub patches: Vec<u8>,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure { message, patches: Vec::new() }
+    }
+}
+
 /// Runs `path` with `contexts` (the context file's text); `tmp` holds the files.
-pub async fn run(path: &Path, tmp: &Path, contexts: &str, labels: &RunLabels) -> Result<Outputs, String> {
+pub async fn run(path: &Path, tmp: &Path, contexts: &str, labels: &RunLabels) -> Result<Outputs, Failure> {
     let safe = safe_name(&labels.hook);
     let id = unique();
     let file = |what: &str| tmp.join(format!("hook-{safe}-{what}-{id}"));
@@ -54,7 +68,7 @@ struct Files {
 }
 
 impl Files {
-    async fn run(&self, path: &Path, contexts: &str, labels: &RunLabels) -> Result<Outputs, String> {
+    async fn run(&self, path: &Path, contexts: &str, labels: &RunLabels) -> Result<Outputs, Failure> {
         let write = |file: &Path, text: &str| {
             std::fs::write(file, text).map_err(|err| format!("cannot write {}: {err}", file.display()))
         };
@@ -92,13 +106,16 @@ impl Files {
         let said = said.await.unwrap_or_default();
         group.0 = None;
         if !status.success() {
-            return Err(match (said.trim(), status.code()) {
+            let message = match (said.trim(), status.code()) {
                 (said, _) if !said.is_empty() => said.to_owned(),
                 (_, Some(code)) => format!("cmd run: exit status {code}"),
                 (_, None) => format!("cmd run: {status}"),
-            });
+            };
+            return Err(Failure { message, patches: std::fs::read(&self.patch).unwrap_or_default() });
         }
-        let read = |file: &Path| std::fs::read(file).map_err(|err| format!("cannot read {}: {err}", file.display()));
+        let read = |file: &Path| {
+            std::fs::read(file).map_err(|err| Failure::from(format!("cannot read {}: {err}", file.display())))
+        };
         Ok(Outputs { patches: read(&self.patch)?, metrics: read(&self.metrics)? })
     }
 

@@ -210,7 +210,14 @@ async fn run(
         labels.binding,
         rendered.len()
     );
-    let outputs = shell_hook::run(&hook.loaded.path, &shared.tmp_dir, &context::file_text(&rendered), &labels).await?;
+    let outputs =
+        match shell_hook::run(&hook.loaded.path, &shared.tmp_dir, &context::file_text(&rendered), &labels).await {
+            Ok(outputs) => outputs,
+            Err(failure) => {
+                status_despite_failure(shared, &labels, &failure.patches).await;
+                return Err(failure.message);
+            }
+        };
     let operations = patch::parse(&outputs.patches).map_err(|err| format!("$KUBERNETES_PATCH_PATH: {err}"))?;
     if !operations.is_empty() {
         super::patch::apply(shared, operations).await.map_err(|err| format!("kubernetes patch operations: {err}"))?;
@@ -224,6 +231,26 @@ async fn run(
     }
     tracing::info!(hook = labels.hook.as_str(), binding = labels.binding.as_str(), queue, "Hook executed successfully");
     Ok(())
+}
+
+/// After a failed run, the status patches the hook marked `ignoreHookError` (as shell-operator documents
+/// them; its code reads no output of a failed run). Nothing else of the file is applied.
+async fn status_despite_failure(shared: &Shared, labels: &RunLabels, patches: &[u8]) {
+    if patches.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    let operations = match patch::parse(patches) {
+        Ok(operations) => operations.into_iter().filter(|op| op.despite_failure()).collect::<Vec<_>>(),
+        Err(err) => {
+            return tracing::warn!(hook = labels.hook.as_str(), "$KUBERNETES_PATCH_PATH of a failed run: {err}");
+        }
+    };
+    if operations.is_empty() {
+        return;
+    }
+    if let Err(err) = super::patch::apply(shared, operations).await {
+        tracing::warn!(hook = labels.hook.as_str(), "status patches of a failed run (ignoreHookError): {err}");
+    }
 }
 
 /// 0 to 1 s, so that hooks failing together are not all retried at the same moment.

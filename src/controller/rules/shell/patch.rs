@@ -19,6 +19,18 @@ pub struct Operation {
     /// `status`, `scale`, ...; empty for the object itself.
     pub subresource: String,
     pub ignore_missing_object: bool,
+    /// Applied even when the hook fails: only a patch of the `status` subresource may be.
+    pub ignore_hook_error: bool,
+}
+
+impl Operation {
+    /// Whether it is applied after the hook failed: a patch of the status subresource marked
+    /// `ignoreHookError`, as shell-operator documents it (its code never applies it).
+    pub fn despite_failure(&self) -> bool {
+        self.ignore_hook_error
+            && self.subresource.trim_start_matches('/') == "status"
+            && matches!(self.what, What::JqPatch(_) | What::MergePatch(_) | What::JsonPatch(_))
+    }
 }
 
 #[derive(Debug)]
@@ -147,8 +159,8 @@ fn operation(doc: Map<String, Value>) -> Result<Operation, String> {
         name: text_field(&doc, "name").map_err(refuse)?,
         subresource: text_field(&doc, "subresource").map_err(refuse)?,
         ignore_missing_object: flag(&doc, "ignoreMissingObject").map_err(refuse)?,
+        ignore_hook_error: flag(&doc, "ignoreHookError").map_err(refuse)?,
     };
-    flag(&doc, "ignoreHookError").map_err(refuse)?;
     let needs_target = |operation: &Operation| {
         if operation.kind.is_empty() {
             return Err(refuse("kind is required".into()));
@@ -271,6 +283,8 @@ mod tests {
         assert!(matches!(&ops[2].what, What::JqPatch(_)) && ops[2].ignore_missing_object);
         assert!(matches!(&ops[3].what, What::Delete { propagation: "Orphan" }));
         assert!(parse(b"").unwrap().is_empty());
+        let on_failure = parse(b"{\"operation\":\"MergePatch\",\"kind\":\"Sample\",\"name\":\"s\",\"subresource\":\"/status\",\"ignoreHookError\":true,\"mergePatch\":{\"status\":{}}}\n{\"operation\":\"MergePatch\",\"kind\":\"Sample\",\"name\":\"s\",\"ignoreHookError\":true,\"mergePatch\":{\"a\":1}}").unwrap();
+        assert_eq!(on_failure.iter().map(Operation::despite_failure).collect::<Vec<_>>(), [true, false]);
     }
 
     #[test]
