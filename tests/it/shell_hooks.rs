@@ -423,11 +423,11 @@ fn bad_hook_configs_are_refused_with_the_hook_and_the_field() {
     let cases = [
         (
             "configVersion: v1\nschedule: {name: x}\nbogus: 1",
-            vec!["schedule must be of type array", ".bogus is a forbidden property"],
+            vec!["schedule must be of type array: \"object\"", ".bogus is a forbidden property"],
         ),
         (
             "configVersion: v1\nkubernetes:\n- kind: Pod\n  allowFailure: 'yes'",
-            vec!["kubernetes.0.allowFailure must be of type boolean"],
+            vec!["kubernetes.allowFailure must be of type boolean: \"string\""],
         ),
         (
             "configVersion: v1\nschedule:\n- crontab: '* * *'",

@@ -165,7 +165,9 @@ impl Shared {
             tracing::info!(
                 hook = self.hooks[hook].loaded.name.as_str(),
                 binding = k.name.as_str(),
-                "Enable kubernetes binding for hook"
+                "Enable kubernetes binding {} for hook {}",
+                k.name,
+                self.hooks[hook].loaded.name
             );
             if k.v0 || !k.execute_on_synchronization {
                 next.push(Task::Unlock { hook, binding });
@@ -197,7 +199,13 @@ impl Shared {
         for &(hook, binding) in bindings {
             if let Some(monitor) = self.monitor(hook, binding) {
                 monitor.open(self);
-                tracing::info!(hook = self.hooks[hook].loaded.name.as_str(), "Unlock kubernetes.Event tasks");
+                let (name, k) = (&self.hooks[hook].loaded.name, &self.hooks[hook].loaded.config.kubernetes[binding]);
+                tracing::info!(
+                    hook = name.as_str(),
+                    binding = k.name.as_str(),
+                    "Unlock kubernetes.Event tasks of {name} {}",
+                    k.name
+                );
             }
         }
     }

@@ -229,7 +229,15 @@ async fn run(
             tracing::warn!(hook = labels.hook.as_str(), "$METRICS_PATH: {problem}");
         }
     }
-    tracing::info!(hook = labels.hook.as_str(), binding = labels.binding.as_str(), queue, "Hook executed successfully");
+    tracing::info!(
+        hook = labels.hook.as_str(),
+        binding = labels.binding.as_str(),
+        queue,
+        "Hook executed successfully: {} ({} {})",
+        labels.hook,
+        labels.event,
+        labels.binding
+    );
     Ok(())
 }
 

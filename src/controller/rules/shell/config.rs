@@ -639,7 +639,7 @@ settings: {executionMinInterval: 5s, executionBurst: 2}
         );
         assert!(
             refused("configVersion: v1\nkubernetes: [{kind: Pod, allowFailure: 'true'}]")
-                .contains("kubernetes.0.allowFailure must be of type boolean")
+                .contains("kubernetes.allowFailure must be of type boolean: \"string\"")
         );
         assert!(refused("onStartup: [1]").contains("onStartup must be of type integer"));
         assert!(refused("{not yaml").starts_with("config unmarshal: "));

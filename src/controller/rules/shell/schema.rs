@@ -44,12 +44,24 @@ fn type_fits(value: &Value, ty: &str) -> bool {
     }
 }
 
+/// A value's type as the validator names it (JSON's numbers are all `number`).
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
 fn check(value: &Value, schema: &Value, path: &str, found: &mut Vec<String>) {
     let schema = resolve(schema);
     if let Some(ty) = schema.get("type").and_then(Value::as_str)
         && !type_fits(value, ty)
     {
-        found.push(format!("{path} must be of type {ty}"));
+        found.push(format!("{path} must be of type {ty}: {:?}", json_type(value)));
         return;
     }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
@@ -66,9 +78,10 @@ fn check(value: &Value, schema: &Value, path: &str, found: &mut Vec<String>) {
             {
                 found.push(format!("{path} should have at least {min} items"));
             }
+            // The validator names an item by its list's path, without its index.
             if let Some(item) = schema.get("items") {
-                for (i, element) in items.iter().enumerate() {
-                    check(element, item, &join(path, &i.to_string()), found);
+                for element in items {
+                    check(element, item, path, found);
                 }
             }
         }
@@ -169,7 +182,7 @@ mod tests {
         let found = problems(&config, "v1");
         assert!(found.contains(&".configVrsion is a forbidden property".to_owned()), "{found:?}");
         assert!(found.contains(&".qwdqwd is a forbidden property".to_owned()), "{found:?}");
-        assert!(found.contains(&"schedule must be of type array".to_owned()), "{found:?}");
+        assert!(found.contains(&"schedule must be of type array: \"object\"".to_owned()), "{found:?}");
         assert!(found.contains(&"configVersion is required".to_owned()), "{found:?}");
 
         let config = json!({"configVersion": "v1", "kubernetes": [
@@ -179,15 +192,15 @@ mod tests {
         assert_eq!(
             found,
             vec![
-                "kubernetes.0.allowFailure must be of type boolean",
-                "kubernetes.0.executeHookOnEvent.1 should be one of [Added Modified Deleted]",
-                "kubernetes.0.mode is a forbidden property",
-                "kubernetes.1.kind is required",
+                "kubernetes.allowFailure must be of type boolean: \"string\"",
+                "kubernetes.executeHookOnEvent should be one of [Added Modified Deleted]",
+                "kubernetes.mode is a forbidden property",
+                "kubernetes.kind is required",
             ]
         );
         assert_eq!(
             problems(&json!({"configVersion": "v1", "onStartup": 1.5}), "v1"),
-            ["onStartup must be of type integer"]
+            ["onStartup must be of type integer: \"number\""]
         );
         assert_eq!(
             problems(&json!({"configVersion": "v1", "schedule": []}), "v1"),
