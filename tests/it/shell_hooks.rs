@@ -104,7 +104,9 @@ fn hooks_run_at_start_up_in_order_then_on_schedules_as_shell_operator_runs_them(
             r#"echo "{what} $(pwd) ${{BINDING_CONTEXT_PATH:+ctx}}${{METRICS_PATH:+,metrics}}${{KUBERNETES_PATCH_PATH:+,patch}}" >> "$OUT/order""#
         )
     };
-    hooks.hook("b-late.sh", "configVersion: v1\nonStartup: 20", &format!("{}\n{}", log("late"), save("late")));
+    let late =
+        format!("{}\n{}\necho '{{\"level\":\"warn\",\"msg\":\"careful now\",\"x\":1}}'", log("late"), save("late"));
+    hooks.hook("b-late.sh", "configVersion: v1\nonStartup: 20", &late);
     hooks.hook("a/early.py.sh", "{\"configVersion\": \"v1\", \"onStartup\": 10}", &log("early"));
     // v0: no configVersion; its contexts carry only the binding.
     hooks.hook("c-v0.sh", "onStartup: 15\nschedule:\n- crontab: '* * * * * *'\n  name: v0tick", &save("v0"));
@@ -142,6 +144,8 @@ fn hooks_run_at_start_up_in_order_then_on_schedules_as_shell_operator_runs_them(
     let ticks = hooks.contexts("tick");
     assert!(ticks.iter().all(|c| c == &json!([{"binding": "every second", "type": "Schedule"}])), "{ticks:?}");
     let (_, logged) = runner.stop("TERM", Duration::from_secs(10));
+    // A JSON line a hook prints is logged as the record it is, at its level.
+    assert!(logged.lines().any(|l| l.contains("WARN") && l.ends_with("careful now")), "{logged}");
     assert!(logged.contains("file is skipped: plain.sh: no executable permissions, chmod +x is required"), "{logged}");
     for skipped in ["notes.md", "values.yaml", ".hidden.sh", "lib/helper.sh"] {
         assert!(!logged.contains(&format!("hook {skipped}")), "{skipped} was loaded: {logged}");
@@ -546,4 +550,43 @@ fn with_leader_election_one_replica_runs_the_hooks_and_another_takes_over() {
     // Released on the way out: nobody holds the Lease.
     let held = kubectl_json(&["-n", &ns.0, "get", "lease", &lease]);
     assert!(held["spec"]["holderIdentity"].as_str().unwrap_or_default().is_empty(), "{held}");
+}
+
+/// A binding on a kind the cluster does not serve yet holds `main` and is tried again, as shell-operator
+/// does, until its CRD is installed; then the binding runs.
+#[test]
+fn a_binding_on_a_kind_not_served_yet_runs_once_its_crd_is_installed() {
+    let _cluster = crate::support::shared();
+    let hooks = Hooks::new();
+    let suffix = std::process::id();
+    let (group, plural) = (format!("shell{suffix}.example.com"), format!("widgets{suffix}"));
+    let config = format!("configVersion: v1\nkubernetes:\n- apiVersion: {group}/v1\n  kind: Widget{suffix}");
+    hooks.hook("widgets.sh", &config, &save("ctx"));
+    hooks.hook("z-later.sh", "configVersion: v1\nschedule:\n- crontab: '* * * * * *'", r#"echo tick >> "$OUT/ticks""#);
+    let runner = hooks.run(&[]);
+    eventually(SOON, "the missing kind reported", || {
+        let log = runner.stderr();
+        if log.contains("cannot start the kubernetes bindings of widgets.sh") { Ok(()) } else { Err(log) }
+    });
+    assert!(runner.stderr().contains(&format!("apiVersion '{group}/v1' kind 'Widget{suffix}'")), "{}", runner.stderr());
+    // main is held: the next hook's schedules are not on yet.
+    assert!(hooks.lines("ticks").is_empty());
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": plural, "singular": format!("widget{suffix}"), "kind": format!("Widget{suffix}")},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    crate::support::apply("default", &crd);
+    eventually(Duration::from_secs(60), "the binding's Synchronization", || match hooks.contexts("ctx").first() {
+        Some(ctx) => Ok(ctx.clone()),
+        None => Err(runner.stderr()),
+    });
+    assert_eq!(hooks.contexts("ctx")[0], json!([{"binding": "kubernetes", "type": "Synchronization", "objects": []}]));
+    eventually(SOON, "the next hook's schedule on", || {
+        if hooks.lines("ticks").is_empty() { Err(String::new()) } else { Ok(()) }
+    });
+    kubectl(&["delete", "crd", &format!("{plural}.{group}"), "--wait=false"]).success();
 }
