@@ -40,7 +40,17 @@ impl Queue {
     }
 
     pub fn push(&self, task: Task) {
-        self.lock().push_back(task);
+        {
+            let mut tasks = self.lock();
+            let hook = match &task {
+                Task::Run { hook, contexts, .. } if contexts.first().is_some_and(context::combinable) => Some(*hook),
+                _ => None,
+            };
+            tasks.push_back(task);
+            if let Some(hook) = hook {
+                compact(&mut tasks, hook);
+            }
+        }
         self.ready.notify_one();
     }
 
@@ -90,6 +100,53 @@ impl Queue {
             queue.push_front(task);
         }
     }
+}
+
+/// How many runs of one hook may wait in a queue before they are merged into one, as shell-operator
+/// merges them: a flood of events becomes one run, not a backlog of thousands.
+const COMPACT_AT: usize = 100;
+
+fn mergeable(task: &Task, of: usize) -> bool {
+    matches!(task, Task::Run { hook, contexts, .. } if *hook == of && contexts.first().is_some_and(context::combinable))
+}
+
+/// Once [`COMPACT_AT`] runs of `hook` wait, wherever they are in the queue, merges them all into the
+/// first: every ungrouped context in order, then one (the last) per group.
+fn compact(tasks: &mut VecDeque<Task>, hook: usize) {
+    if tasks.iter().filter(|t| mergeable(t, hook)).count() < COMPACT_AT {
+        return;
+    }
+    let Some(first) = tasks.iter().position(|t| mergeable(t, hook)) else { return };
+    let mut all = Vec::new();
+    let mut unlocks = Vec::new();
+    let mut kept = VecDeque::with_capacity(tasks.len());
+    for (i, task) in tasks.drain(..).enumerate() {
+        match task {
+            Task::Run { hook: h, contexts, unlock, event, allow_failure }
+                if h == hook && (i == first || contexts.first().is_some_and(context::combinable)) =>
+            {
+                all.extend(contexts);
+                unlocks.extend(unlock);
+                if i == first {
+                    kept.push_back(Task::Run { hook, event, allow_failure, contexts: Vec::new(), unlock: Vec::new() });
+                }
+            }
+            other => kept.push_back(other),
+        }
+    }
+    let merged = context::compact_all(all);
+    tracing::debug!(
+        hook,
+        "{COMPACT_AT} or more runs of one hook waiting: merged into one with {} contexts",
+        merged.len()
+    );
+    if let Some(Task::Run { contexts, unlock, .. }) =
+        kept.iter_mut().find(|t| matches!(t, Task::Run { hook: h, contexts, .. } if *h == hook && contexts.is_empty()))
+    {
+        *contexts = merged;
+        *unlock = unlocks;
+    }
+    *tasks = kept;
 }
 
 /// Runs `queue`'s tasks until `stop`, finishing the one in progress.
@@ -266,4 +323,52 @@ fn jitter() -> Duration {
     let mut byte = [0u8; 2];
     let _ = getrandom::fill(&mut byte);
     Duration::from_millis(u64::from(u16::from_le_bytes(byte)) % 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::rules::shell::context::What;
+
+    fn run(hook: usize, binding: &str) -> Task {
+        let context =
+            Pending { binding: binding.into(), what: What::Schedule, group: None, snapshots: vec![], v0: false };
+        Task::Run { hook, event: "Schedule", allow_failure: false, contexts: vec![context], unlock: vec![] }
+    }
+
+    fn shape(queue: &Queue) -> Vec<(usize, usize)> {
+        queue
+            .lock()
+            .iter()
+            .map(|t| match t {
+                Task::Run { hook, contexts, .. } => (*hook, contexts.len()),
+                _ => (usize::MAX, 0),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn runs_of_a_hook_behind_the_head_are_taken_in_and_a_flood_is_merged() {
+        let queue = Queue::new("main".into());
+        for binding in ["a", "b"] {
+            queue.push(run(0, binding));
+        }
+        queue.push(run(1, "c"));
+        queue.push(run(0, "d"));
+        let Some(Task::Run { contexts, .. }) = queue.take_head() else { panic!() };
+        assert_eq!(contexts.iter().map(|c| c.binding.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(shape(&queue), [(1, 1), (0, 1)]);
+
+        // Hook 0's 100th waiting run merges all of them into its first, wherever they are.
+        for i in 0..99 {
+            queue.push(run(0, &format!("e{i}")));
+            if i % 10 == 0 {
+                queue.push(run(1, "f"));
+            }
+        }
+        let shape = shape(&queue);
+        assert_eq!(shape.iter().filter(|(h, _)| *h == 0).collect::<Vec<_>>(), [&(0, 100)]);
+        assert_eq!(shape.iter().filter(|(h, _)| *h == 1).count(), 11);
+        assert_eq!(shape[1], (0, 100));
+    }
 }

@@ -155,6 +155,24 @@ pub fn compact(contexts: Vec<Pending>) -> Vec<Pending> {
     kept
 }
 
+/// The contexts of many runs merged into one (a long queue compacted): the ungrouped ones in order,
+/// then the last of each group, in the order the groups first appeared.
+pub fn compact_all(contexts: Vec<Pending>) -> Vec<Pending> {
+    let mut ungrouped = Vec::new();
+    let mut groups: Vec<(String, Pending)> = Vec::new();
+    for context in contexts {
+        match context.group.clone() {
+            None => ungrouped.push(context),
+            Some(group) => match groups.iter_mut().find(|(g, _)| *g == group) {
+                Some((_, last)) => *last = context,
+                None => groups.push((group, context)),
+            },
+        }
+    }
+    ungrouped.extend(groups.into_iter().map(|(_, c)| c));
+    ungrouped
+}
+
 /// Whether a queued run may take in the runs behind it: every one but an ungrouped Synchronization (so
 /// each kubernetes binding's first list is a run of its own) and a v0 hook's.
 pub fn combinable(first: &Pending) -> bool {
@@ -252,7 +270,8 @@ mod tests {
             pending("e", What::Schedule, Some("h")),
             pending("f", What::Schedule, Some("h")),
         ];
-        assert_eq!(names(compact(contexts)), ["b", "c", "d", "f"]);
+        assert_eq!(names(compact(contexts.clone())), ["b", "c", "d", "f"]);
+        assert_eq!(names(compact_all(contexts)), ["c", "d", "f"]);
         assert!(!combinable(&pending("a", What::Synchronization, None)));
         assert!(combinable(&pending("a", What::Synchronization, Some("g"))));
         assert!(combinable(&pending("a", What::Schedule, None)));
