@@ -106,10 +106,10 @@ pub struct Settings {
 /// Reads `output`, the hook's answer to `--config`. The error is shell-operator's text for it.
 pub fn parse(output: &[u8]) -> Result<HookConfig, String> {
     let text = String::from_utf8_lossy(output);
-    let value: Value = match serde_yaml::from_str::<Option<Value>>(&text) {
-        Ok(Some(value)) => value,
-        Ok(None) => Value::Null,
-        Err(err) => return Err(format!("config unmarshal: {err}")),
+    // As Go's YAML reads it: YAML 1.1, where `yes`, `on` and `y` are booleans.
+    let value: Value = match text.trim() {
+        "" => Value::Null,
+        _ => serde_saphyr::from_str::<Value>(&text).map_err(|err| format!("config unmarshal: {err}"))?,
     };
     let version = match value.get("configVersion") {
         None => ConfigVersion::V0,
@@ -643,5 +643,14 @@ settings: {executionMinInterval: 5s, executionBurst: 2}
         );
         assert!(refused("onStartup: [1]").contains("onStartup must be of type integer"));
         assert!(refused("{not yaml").starts_with("config unmarshal: "));
+        // YAML 1.1, as shell-operator reads it: `yes` is a boolean, and `y` in a list of strings is not a string.
+        let config =
+            parse(b"configVersion: v1\nkubernetes:\n- kind: Pod\n  allowFailure: yes\n  keepFullObjectsInMemory: off")
+                .unwrap();
+        assert!(config.kubernetes[0].allow_failure && !config.kubernetes[0].keep_full_objects);
+        assert!(
+            refused("configVersion: v1\nkubernetes:\n- kind: Pod\n  labelSelector: {matchExpressions: [{key: t, operator: In, values: [x, y]}]}")
+                .contains("kubernetes.labelSelector.matchExpressions.values must be of type string: \"boolean\"")
+        );
     }
 }
