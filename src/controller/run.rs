@@ -126,6 +126,8 @@ fn make_tmp_dir(dir: std::path::PathBuf) -> Result<std::path::PathBuf> {
         std::fs::create_dir_all(&fresh).map_err(|err| anyhow!("--tmp-dir: {}: {err}", fresh.display()))?;
         return Ok(fresh);
     }
+    // Absolute: each hook runs from its own directory, and reads these paths from there.
+    let dir = std::path::absolute(&dir).map_err(|err| anyhow!("--tmp-dir: {}: {err}", dir.display()))?;
     match std::fs::create_dir(&dir) {
         Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
             bail!("--tmp-dir: cannot make {}: {err}", dir.display())

@@ -108,6 +108,12 @@ fn hooks_run_at_start_up_in_order_then_on_schedules_as_shell_operator_runs_them(
         format!("{}\n{}\necho '{{\"level\":\"warn\",\"msg\":\"careful now\",\"x\":1}}'", log("late"), save("late"));
     hooks.hook("b-late.sh", "configVersion: v1\nonStartup: 20", &late);
     hooks.hook("a/early.py.sh", "{\"configVersion\": \"v1\", \"onStartup\": 10}", &log("early"));
+    // Output that is not UTF-8, then much more: read to its end, logged, and the run succeeds.
+    hooks.hook(
+        "b-bytes.sh",
+        "configVersion: v1\nonStartup: 12",
+        r#"printf 'caf\xe9\n'; for i in $(seq 1 3000); do echo "line $i"; done; echo done >> "$OUT/bytes""#,
+    );
     // v0: no configVersion; its contexts carry only the binding.
     hooks.hook("c-v0.sh", "onStartup: 15\nschedule:\n- crontab: '* * * * * *'\n  name: v0tick", &save("v0"));
     hooks.hook(
@@ -146,6 +152,8 @@ fn hooks_run_at_start_up_in_order_then_on_schedules_as_shell_operator_runs_them(
     let (_, logged) = runner.stop("TERM", Duration::from_secs(10));
     // A JSON line a hook prints is logged as the record it is, at its level.
     assert!(logged.lines().any(|l| l.contains("WARN") && l.ends_with("careful now")), "{logged}");
+    assert_eq!(hooks.lines("bytes"), ["done"], "{logged}");
+    assert!(logged.contains("caf\u{fffd}") && logged.contains("line 3000"), "{logged}");
     assert!(logged.contains("file is skipped: plain.sh: no executable permissions, chmod +x is required"), "{logged}");
     for skipped in ["notes.md", "values.yaml", ".hidden.sh", "lib/helper.sh"] {
         assert!(!logged.contains(&format!("hook {skipped}")), "{skipped} was loaded: {logged}");
@@ -410,7 +418,18 @@ M"#,
     );
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let runner = hooks.run(&["--metrics-addr", &addr]);
+    // A relative --tmp-dir: the hook, run from its own directory, still finds its files.
+    let relative = format!("target/shell-hooks-tmp-{}", std::process::id());
+    let (root, tmp) = (hooks.root(), relative.clone());
+    let runner = Background::start(&[
+        "reconcile",
+        "--hooks-dir",
+        root.to_str().unwrap(),
+        "--tmp-dir",
+        &tmp,
+        "--metrics-addr",
+        &addr,
+    ]);
     let body = eventually(SOON, "two runs counted", || match http_get(port, "/metrics") {
         Some((200, body)) if body.contains("hook_runs_total{hook=\"metrics.sh\"} 2") => Ok(body),
         other => Err(format!("{other:?}: {}", runner.stderr())),
@@ -419,6 +438,8 @@ M"#,
     assert!(body.contains("latency_bucket{hook=\"metrics.sh\",le=\"1\"}"), "{body}");
     assert!(body.contains("samplectl_reconcile_total{controller=\"metrics.sh\",result=\"success\"}"), "{body}");
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    drop(runner);
+    let _ = std::fs::remove_dir_all(relative);
 }
 
 #[test]
@@ -439,7 +460,7 @@ fn bad_hook_configs_are_refused_with_the_hook_and_the_field() {
         ),
         (
             "configVersion: v1\nkubernetes:\n- kind: Pod\n  jqFilter: '.a |'",
-            vec!["invalid kubernetes config [0]: jqFilter: cannot parse"],
+            vec!["invalid kubernetes config [0] jqFilter: cannot parse"],
         ),
         ("configVersion: v3\nonStartup: 1", vec!["'configVersion' value 'v3' is unsupported"]),
         (

@@ -146,9 +146,19 @@ async fn log_lines(
     labels: &RunLabels,
     keep: bool,
 ) -> String {
-    let mut lines = BufReader::new(stream).lines();
+    // Bytes, not text: a hook may print anything, and its output is read to the end whatever it is, so
+    // that it never writes into a closed pipe.
+    let mut reader = BufReader::new(stream);
     let mut kept = String::new();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        match reader.read_until(b'\n', &mut raw).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&raw);
+        let line = text.trim_end_matches(['\n', '\r']);
         if line.is_empty() {
             continue;
         }

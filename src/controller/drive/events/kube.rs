@@ -39,6 +39,8 @@ pub struct Monitor {
 
 struct State {
     entries: BTreeMap<ObjectKey, Entry>,
+    /// A jqFilter that failed on an object of a first list: the binding cannot start.
+    list_error: Option<String>,
     /// `Some` while events are held for the Synchronization run.
     held: Option<Vec<Task>>,
 }
@@ -95,9 +97,10 @@ impl Monitor {
 
     /// The Synchronization run is over (or skipped): events flow to the binding's queue from now on.
     pub fn open(&self, shared: &Shared) {
-        let held = self.lock().held.take().unwrap_or_default();
+        // Under the lock: an event arriving meanwhile must queue behind the held ones, not before them.
+        let mut state = self.lock();
         let queue = &shared.queues[&self.binding(shared).queue];
-        for task in held {
+        for task in state.held.take().unwrap_or_default() {
             queue.push(task);
         }
     }
@@ -112,8 +115,9 @@ pub async fn start(shared: &Arc<Shared>, hook: usize, binding: usize) -> Result<
         .map_err(|err| crate::error::describe_any(&err))?
         .ok_or_else(|| {
             format!(
-                "Cannot get GroupVersionResource info for apiVersion '{}' kind '{}': the server has no such resource. \
-                 Possibly CRD is not created before informers are started",
+                "{}: Cannot get GroupVersionResource info for apiVersion '{}' kind '{}' from api-server. Possibly CRD \
+                 is not created before informers are started. Error was: the server has no resource of that kind",
+                config.debug_name,
                 config.api_version.as_deref().unwrap_or_default(),
                 config.kind
             )
@@ -122,7 +126,7 @@ pub async fn start(shared: &Arc<Shared>, hook: usize, binding: usize) -> Result<
         hook,
         binding,
         resolved,
-        state: Mutex::new(State { entries: BTreeMap::new(), held: Some(Vec::new()) }),
+        state: Mutex::new(State { entries: BTreeMap::new(), list_error: None, held: Some(Vec::new()) }),
         feeds: Mutex::default(),
     });
     let (listed_tx, mut listed) = mpsc::unbounded_channel::<()>();
@@ -159,12 +163,15 @@ pub async fn start(shared: &Arc<Shared>, hook: usize, binding: usize) -> Result<
             Ok(Some(())) => {}
             _ => {
                 return Err(format!(
-                    "{} were not listed within {}s",
+                    "{} were not listed within {}s (why the list failed, if it did, is logged before this)",
                     monitor.resolved.qualified_plural(),
                     LIST_LIMIT.as_secs()
                 ));
             }
         }
+    }
+    if let Some(err) = monitor.lock().list_error.take() {
+        return Err(err);
     }
     Ok(monitor)
 }
@@ -309,12 +316,16 @@ fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: Dyna
         Some(jq) => match jq.apply(json.as_bytes()) {
             Ok(result) => Some(result),
             Err(err) => {
+                let err = format!("apply filter for '{}/{}': {err}", config.debug_name, key.name);
+                if quiet {
+                    // A first list the filter cannot read: the binding's start fails and is retried.
+                    monitor.lock().list_error.get_or_insert(err);
+                    return;
+                }
                 return tracing::error!(
                     hook = shared.hooks[monitor.hook].loaded.name.as_str(),
                     binding = config.name.as_str(),
-                    "{}/{}: {err}",
-                    key.namespace,
-                    key.name
+                    "{err}"
                 );
             }
         },

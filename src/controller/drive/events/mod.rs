@@ -47,6 +47,8 @@ struct Shared {
     client: ::kube::Client,
     hub: Arc<Hub>,
     fence: Fence,
+    /// Told whenever a hook's schedules are turned on.
+    schedules_on: tokio::sync::Notify,
     metrics: Arc<crate::controller::serve::metrics::Metrics>,
     /// The running kubernetes bindings, by hook and binding.
     monitors: std::sync::Mutex<HashMap<(usize, usize), Arc<Monitor>>>,
@@ -85,6 +87,7 @@ impl Hooks {
             client: conn.client.clone(),
             hub,
             fence,
+            schedules_on: tokio::sync::Notify::new(),
             metrics: serving.metrics.clone(),
             monitors: Default::default(),
         });

@@ -58,6 +58,14 @@ impl Queue {
         self.tasks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The hook of the run at the head, if a run is there.
+    fn head_run(&self) -> Option<usize> {
+        match self.lock().front() {
+            Some(Task::Run { hook, .. }) => Some(*hook),
+            _ => None,
+        }
+    }
+
     /// The head, with the runs of its hook right behind it taken in.
     fn take_head(&self) -> Option<Task> {
         let mut tasks = self.lock();
@@ -156,6 +164,14 @@ pub async fn work(shared: Arc<Shared>, queue: Arc<Queue>, mut stop: watch::Recei
         if *stop.borrow() {
             return;
         }
+        // A hook's rate limit is waited for before its run takes in the runs behind it, as
+        // shell-operator waits, so that what queued during the wait goes into this run.
+        if let Some(limiter) = queue.head_run().and_then(|hook| shared.hooks[hook].limiter.as_ref()) {
+            tokio::select! {
+                () = limiter.wait() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
         let Some(task) = queue.take_head() else {
             tokio::select! {
                 () = queue.ready.notified() => {}
@@ -188,6 +204,7 @@ pub async fn work(shared: Arc<Shared>, queue: Arc<Queue>, mut stop: watch::Recei
             Task::Unlock { hook, binding } => shared.unlock(&[(hook, binding)]),
             Task::EnableSchedules { hook } => {
                 shared.hooks[hook].schedules_on.store(true, Ordering::Relaxed);
+                shared.schedules_on.notify_waiters();
                 tracing::debug!(hook = shared.hooks[hook].loaded.name.as_str(), "schedules of the hook on");
             }
             Task::Run { hook, event, allow_failure, contexts, unlock } => {
@@ -242,9 +259,6 @@ async fn run(
 ) -> Result<(), String> {
     let Some(first) = contexts.first() else { return Ok(()) };
     let hook = &shared.hooks[index];
-    if let Some(limiter) = &hook.limiter {
-        limiter.wait().await;
-    }
     for &(h, b) in unlock {
         if let Some(monitor) = shared.monitor(h, b) {
             monitor.synchronizing();
@@ -275,14 +289,19 @@ async fn run(
                 return Err(failure.message);
             }
         };
+    // Both files are read and checked before anything is applied, so that a bad one fails the run
+    // before its patches are sent (a retry would send them again).
+    let metrics = metrics::parse(&outputs.metrics)?;
+    for dropped in &metrics.dropped {
+        tracing::warn!(hook = labels.hook.as_str(), "$METRICS_PATH: {dropped}");
+    }
     let operations = patch::parse(&outputs.patches).map_err(|err| format!("$KUBERNETES_PATCH_PATH: {err}"))?;
     if !operations.is_empty() {
-        super::patch::apply(shared, operations).await.map_err(|err| format!("kubernetes patch operations: {err}"))?;
+        super::patch::apply(shared, operations).await?;
     }
-    let metric_operations = metrics::parse(&outputs.metrics).map_err(|err| format!("$METRICS_PATH: {err}"))?;
-    if !metric_operations.is_empty() {
+    if !metrics.operations.is_empty() {
         let mut series = shared.metrics.hooks.lock().unwrap_or_else(|e| e.into_inner());
-        for problem in series.apply(&labels.hook, &metric_operations) {
+        for problem in series.apply(&labels.hook, &metrics.operations) {
             tracing::warn!(hook = labels.hook.as_str(), "$METRICS_PATH: {problem}");
         }
     }

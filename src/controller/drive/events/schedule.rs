@@ -29,6 +29,20 @@ pub async fn tick(shared: Arc<Shared>, stop: watch::Receiver<bool>) {
         let (shared, mut stop) = (shared.clone(), stop.clone());
         let crontab = crontab.clone();
         async move {
+            // Counting starts when the first hook written with this crontab has its schedules on (an
+            // `@every` counts from then), as shell-operator adds the cron entry then.
+            loop {
+                let enabled = shared.schedules_on.notified();
+                tokio::pin!(enabled);
+                enabled.as_mut().enable();
+                if bindings.iter().any(|&(h, _)| shared.hooks[h].schedules_on.load(Ordering::Relaxed)) {
+                    break;
+                }
+                tokio::select! {
+                    () = enabled => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
             loop {
                 let Some(next) = crontab.next(&Zoned::now()) else { return };
                 // Until the wall clock has reached the tick: a timer may end a moment early by it.

@@ -67,6 +67,8 @@ impl WatchEvent {
 #[derive(Debug)]
 pub struct Kubernetes {
     pub name: String,
+    /// How shell-operator names the binding in messages: `kubernetes[0]{name}`, or `kubernetes[0]`.
+    pub debug_name: String,
     pub api_version: Option<String>,
     pub kind: String,
     pub events: Vec<WatchEvent>,
@@ -231,7 +233,16 @@ fn v1(raw: RawV1) -> Result<HookConfig, String> {
     let settings = raw.settings.map(settings).transpose()?;
     let mut kubernetes = Vec::new();
     for (i, binding) in raw.kubernetes.into_iter().enumerate() {
-        kubernetes.push(kubernetes_v1(binding).map_err(|err| format!("invalid kubernetes config [{i}]: {err}"))?);
+        let debug_name = match binding.name.as_deref() {
+            None | Some("") => format!("kubernetes[{i}]"),
+            Some(name) => format!("kubernetes[{i}]{{{name}}}"),
+        };
+        let mut parsed = kubernetes_v1(binding).map_err(|err| match err.strip_prefix("jqFilter: ") {
+            Some(jq) => format!("invalid kubernetes config [{i}] jqFilter: {jq}"),
+            None => format!("invalid kubernetes config [{i}]: {err}"),
+        })?;
+        parsed.debug_name = debug_name;
+        kubernetes.push(parsed);
     }
     for (i, binding) in kubernetes.iter().enumerate() {
         check_snapshots(&kubernetes, &binding.include_snapshots)
@@ -365,6 +376,7 @@ fn kubernetes_v1(raw: RawKubernetes) -> Result<Kubernetes, String> {
         .collect::<Vec<_>>()
         .join(",");
     Ok(Kubernetes {
+        debug_name: String::new(),
         name: raw.name.filter(|n| !n.is_empty()).unwrap_or_else(|| "kubernetes".into()),
         api_version: raw.api_version.filter(|v| !v.is_empty()),
         kind: raw.kind,
@@ -454,7 +466,7 @@ struct RawNamespaceV0 {
 }
 
 fn v0(value: Value) -> Result<HookConfig, String> {
-    let raw: RawV0 = serde_json::from_value(value).map_err(|err| format!("unmarshal HookConfig v0: {err}"))?;
+    let raw: RawV0 = serde_json::from_value(value).map_err(|err| format!("unmarshal HookConfig version 0: {err}"))?;
     let mut schedules = Vec::new();
     for (i, s) in raw.schedule.into_iter().enumerate() {
         let parsed = Crontab::parse(&s.crontab)
@@ -470,7 +482,7 @@ fn v0(value: Value) -> Result<HookConfig, String> {
         });
     }
     let mut kubernetes = Vec::new();
-    for raw in raw.on_kubernetes_event {
+    for (i, raw) in raw.on_kubernetes_event.into_iter().enumerate() {
         let mut events = Vec::new();
         for event in &raw.event {
             events.push(match event.as_str() {
@@ -489,6 +501,10 @@ fn v0(value: Value) -> Result<HookConfig, String> {
             _ => Namespaces::All,
         };
         kubernetes.push(Kubernetes {
+            debug_name: match raw.name.as_str() {
+                "" => format!("kubernetes[{i}]"),
+                name => format!("kubernetes[{i}]{{{name}}}"),
+            },
             name: if raw.name.is_empty() { "onKubernetesEvent".into() } else { raw.name },
             api_version: None,
             kind: raw.kind,
@@ -605,7 +621,7 @@ settings: {executionMinInterval: 5s, executionBurst: 2}
         );
         assert_eq!(
             refused("configVersion: v1\nonStartup: 1\nkubernetes: [{kind: Pod, jqFilter: '.a |'}]"),
-            "invalid kubernetes config [0]: jqFilter: cannot parse \".a |\": expected term at the end"
+            "invalid kubernetes config [0] jqFilter: cannot parse \".a |\": expected term at the end"
         );
         assert_eq!(
             refused("configVersion: v1\nschedule: [{crontab: '* * *'}]"),

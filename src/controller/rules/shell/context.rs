@@ -69,9 +69,11 @@ impl SnapshotItem {
 /// Sorts a snapshot as shell-operator does: by namespace then name, or by `namespace/kind/name` when
 /// objects are not kept (the same order for one kind).
 pub fn sort(items: &mut [SnapshotItem]) {
-    items.sort_by(|a, b| {
-        (&a.key.namespace, &a.key.name, &a.key.kind).cmp(&(&b.key.namespace, &b.key.name, &b.key.kind))
-    });
+    let id = |item: &SnapshotItem| match item.object {
+        Some(_) => (item.key.namespace.clone(), item.key.name.clone()),
+        None => (format!("{}/{}/{}", item.key.namespace, item.key.kind, item.key.name), String::new()),
+    };
+    items.sort_by_cached_key(id);
 }
 
 impl Pending {
@@ -98,7 +100,10 @@ impl Pending {
         {
             context.insert("type".into(), json!("Group"));
             context.insert("groupName".into(), json!(group));
-            context.insert("snapshots".into(), self.snapshots_json(snapshot));
+            // A group of schedules alone has no snapshots, and no `snapshots` key.
+            if !self.snapshots.is_empty() {
+                context.insert("snapshots".into(), self.snapshots_json(snapshot));
+            }
             return Value::Object(context);
         }
         match &self.what {
@@ -291,9 +296,16 @@ mod tests {
             object: None,
             filter_result: None,
         };
-        let mut items = vec![item("b", "a"), item("a", "z"), item("a", "b")];
+        let mut items = vec![item("b", "a"), item("a", "z"), item("a", "b"), item("a-b", "c")];
         sort(&mut items);
         let order: Vec<_> = items.iter().map(|i| format!("{}/{}", i.key.namespace, i.key.name)).collect();
-        assert_eq!(order, ["a/b", "a/z", "b/a"]);
+        // Without objects, by the text `namespace/Kind/name`: `a-b/...` before `a/...`.
+        assert_eq!(order, ["a-b/c", "a/b", "a/z", "b/a"]);
+        let mut items: Vec<SnapshotItem> = [("a", "z"), ("a-b", "c")]
+            .iter()
+            .map(|(ns, name)| SnapshotItem { object: Some(json!({})), ..item(ns, name) })
+            .collect();
+        sort(&mut items);
+        assert_eq!(items[0].key.namespace, "a");
     }
 }

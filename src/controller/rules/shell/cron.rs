@@ -155,7 +155,7 @@ fn field(text: &str, bounds: &Bounds) -> Result<u64, String> {
 fn range(expr: &str, b: &Bounds) -> Result<u64, String> {
     let steps: Vec<&str> = expr.split('/').collect();
     let ends: Vec<&str> = steps[0].split('-').collect();
-    let (mut start, mut end, mut star) = (b.min, b.max, 0);
+    let (mut start, mut end, mut star) = (u64::from(b.min), u64::from(b.max), 0);
     if ends[0] == "*" || ends[0] == "?" {
         star = STAR;
     } else {
@@ -170,16 +170,16 @@ fn range(expr: &str, b: &Bounds) -> Result<u64, String> {
         1 => 1,
         2 => {
             if ends.len() == 1 {
-                end = b.max;
+                end = u64::from(b.max);
             }
             number(steps[1])?
         }
         _ => return Err(format!("Too many slashes: {expr}")),
     };
-    if start < b.min {
+    if start < u64::from(b.min) {
         return Err(format!("Beginning of range ({start}) below minimum ({}): {expr}", b.min));
     }
-    if end > b.max {
+    if end > u64::from(b.max) {
         return Err(format!("End of range ({end}) above maximum ({}): {expr}", b.max));
     }
     if start > end {
@@ -189,14 +189,15 @@ fn range(expr: &str, b: &Bounds) -> Result<u64, String> {
     if step == 0 {
         return Err(format!("Step of zero: {expr}"));
     }
-    Ok(bits(start, end, step) | star)
+    // Within the field's bounds now, so within 0..=59.
+    Ok(bits(start as u32, end as u32, step) | star)
 }
 
-fn number_or_name(text: &str, b: &Bounds) -> Result<u32, String> {
+fn number_or_name(text: &str, b: &Bounds) -> Result<u64, String> {
     let lower = text.to_ascii_lowercase();
     match b.names.iter().find(|(name, _)| *name == lower) {
-        Some((_, value)) => Ok(*value),
-        None => number(text),
+        Some((_, value)) => Ok(u64::from(*value)),
+        None => number(text).map(u64::from),
     }
 }
 
@@ -207,8 +208,8 @@ fn number(text: &str) -> Result<u32, String> {
     if value < 0 {
         return Err(format!("Negative number ({value}) not allowed: {text}"));
     }
-    // Anything past 63 is above every field's maximum, which the caller reports.
-    Ok(value.min(64) as u32)
+    u32::try_from(value)
+        .map_err(|_| format!("Failed to parse int from {text}: strconv.Atoi: parsing {text:?}: value out of range"))
 }
 
 fn bits(min: u32, max: u32, step: u32) -> u64 {
@@ -330,6 +331,7 @@ mod tests {
         let err = |spec: &str| Crontab::parse(spec).unwrap_err();
         assert_eq!(err("* * * *"), "Expected 5 or 6 fields, found 4: * * * *");
         assert_eq!(err("61 * * * *"), "End of range (61) above maximum (59): 61");
+        assert_eq!(err("70 * * * *"), "End of range (70) above maximum (59): 70");
         assert_eq!(err("* * * * 7"), "End of range (7) above maximum (6): 7");
         assert_eq!(err("* * 0 * *"), "Beginning of range (0) below minimum (1): 0");
         assert_eq!(err("5-2 * * * *"), "Beginning of range (5) beyond end of range (2): 5-2");

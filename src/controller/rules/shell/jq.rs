@@ -33,6 +33,7 @@ impl Jq {
             .map_err(|errors| format!("cannot parse {text:?}: {}", load_errors(errors)))?;
         let filter = Compiler::default()
             .with_funs(funs)
+            .with_global_vars(["$ENV"])
             .compile(modules)
             .map_err(|errors| format!("cannot compile {text:?}: {}", compile_errors(errors)))?;
         Ok(Jq { text: text.to_owned(), filter })
@@ -42,7 +43,7 @@ impl Jq {
     /// array of several.
     pub fn apply(&self, input: &[u8]) -> Result<String, String> {
         let input = jaq_json::read::parse_single(input).map_err(|err| format!("cannot read the object: {err}"))?;
-        let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
+        let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([environment()]));
         let mut outputs = Vec::new();
         for output in self.filter.id.run((ctx, input)).map(unwrap_valr) {
             outputs.push(output.map_err(|err| format!("jqFilter {:?}: {err}", self.text))?);
@@ -59,6 +60,16 @@ impl Jq {
         let text = self.apply(&serde_json::to_vec(input).map_err(|err| err.to_string())?)?;
         serde_json::from_str(&text).map_err(|err| format!("jqFilter {:?} gave what is not JSON: {err}", self.text))
     }
+}
+
+/// `$ENV`, as gojq gives it: the process's environment as an object.
+fn environment() -> Val {
+    static ENV: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let text = ENV.get_or_init(|| {
+        let vars: serde_json::Map<String, Value> = std::env::vars().map(|(k, v)| (k, Value::String(v))).collect();
+        Value::Object(vars).to_string()
+    });
+    jaq_json::read::parse_single(text.as_bytes()).unwrap_or_default()
 }
 
 /// Where the text stops making sense, and what was expected there.
@@ -110,6 +121,7 @@ mod tests {
         assert_eq!(jq("empty"), Value::Null);
         assert_eq!(jq(".missing"), Value::Null);
         assert_eq!(jq("{name: .metadata.name, n: (.spec.items | length)}"), json!({"name": "a", "n": 2}));
+        assert_eq!(jq("$ENV.PATH | type"), json!("string"));
     }
 
     #[test]

@@ -29,48 +29,105 @@ pub struct Operation {
     pub action: String,
 }
 
-/// The operations of a metrics file, each checked; an operation with an unknown action is refused with
-/// the others, as shell-operator refuses the file.
-pub fn parse(file: &[u8]) -> Result<Vec<Operation>, String> {
-    let mut operations = Vec::new();
+/// What a metrics file holds: the operations to apply, and the warnings for those dropped.
+#[derive(Debug, Default)]
+pub struct Read {
+    pub operations: Vec<Operation>,
+    pub dropped: Vec<String>,
+}
+
+/// The operations of a metrics file. One without an action, or with one shell-operator does not know,
+/// is dropped with a warning, as shell-operator drops it. The rest are checked as its metric storage
+/// checks them (a name, a value, buckets for `observe`, names Prometheus can carry), and any problem
+/// refuses the file, before anything of the run is applied.
+pub fn parse(file: &[u8]) -> Result<Read, String> {
+    let mut read = Read::default();
     for op in serde_json::Deserializer::from_slice(file).into_iter::<Operation>() {
-        let mut op = op.map_err(|err| format!("cannot read the metrics file: {err}"))?;
+        let mut op = op.map_err(|err| format!("got bad metrics: {err}"))?;
         match (op.set, op.add) {
             (Some(v), None) => (op.action, op.value) = ("set".into(), Some(v)),
             (None, Some(v)) => (op.action, op.value) = ("add".into(), Some(v)),
             _ => {}
         }
-        operations.push(op);
+        if !["set", "add", "observe", "expire"].contains(&op.action.as_str()) {
+            read.dropped.push(format!("unknown action in MetricOperation: {:?} {}", op.action, shown(&op)));
+            continue;
+        }
+        read.operations.push(op);
     }
-    let problems: Vec<String> = operations.iter().flat_map(check).collect();
+    let problems: Vec<String> = read.operations.iter().flat_map(check).collect();
     match problems.is_empty() {
-        true => Ok(operations),
+        true => Ok(read),
         false => Err(super::schema::joined(&problems)),
     }
 }
 
+/// An operation as shell-operator prints it in its messages: `[group=g, name=x, action=set, value=1.000000]`.
+fn shown(op: &Operation) -> String {
+    let mut parts = Vec::new();
+    if !op.group.is_empty() {
+        parts.push(format!("group={}", op.group));
+    }
+    if !op.name.is_empty() {
+        parts.push(format!("name={}", op.name));
+    }
+    if !op.action.is_empty() {
+        parts.push(format!("action={}", op.action));
+    }
+    for (key, value) in [("value", op.value), ("set", op.set), ("add", op.add)] {
+        if let Some(value) = value {
+            parts.push(format!("{key}={value:.6}"));
+        }
+    }
+    if let Some(buckets) = &op.buckets {
+        parts.push(format!("buckets={buckets:?}"));
+    }
+    if !op.labels.is_empty() {
+        let labels: Vec<String> = op.labels.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+        parts.push(format!("labels=map[{}]", labels.join(" ")));
+    }
+    format!("[{}]", parts.join(", "))
+}
+
+/// A metric name Prometheus' text format can carry, and not one of samplectl's own.
+fn metric_name_ok(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        && !name.starts_with("samplectl_")
+}
+
+fn label_name_ok(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name != "hook"
+        && name != "le"
+}
+
 fn check(op: &Operation) -> Vec<String> {
     let mut problems = Vec::new();
-    let shown = format!("{op:?}");
-    if op.action.is_empty() {
-        problems.push(format!("one of: 'action', 'set' or 'add' is required: {shown}"));
-    }
-    let allowed: &[&str] =
-        if op.group.is_empty() { &["set", "add", "observe"] } else { &["set", "add", "observe", "expire"] };
-    if !op.action.is_empty() && !allowed.contains(&op.action.as_str()) {
+    let shown = shown(op);
+    if op.group.is_empty() && op.action == "expire" {
         problems.push(format!("unsupported action '{}': {shown}", op.action));
     }
-    if op.name.is_empty() && (op.group.is_empty() || op.action != "expire") {
+    if op.name.is_empty() && op.group.is_empty() {
         problems.push(format!("'name' is required: {shown}"));
+    }
+    if op.name.is_empty() && !op.group.is_empty() && op.action != "expire" {
+        problems.push(format!("'name' is required when action is not 'expire': {shown}"));
+    }
+    if !op.name.is_empty() && !metric_name_ok(&op.name) {
+        problems.push(format!("'name' is not a Prometheus metric name (or is samplectl's own): {shown}"));
+    }
+    if let Some(bad) = op.labels.keys().find(|k| !label_name_ok(k)) {
+        problems.push(format!("label {bad:?} is not a Prometheus label name (hook and le are taken): {shown}"));
     }
     if ["set", "add", "observe"].contains(&op.action.as_str()) && op.value.is_none() {
         problems.push(format!("'value' is required for action '{}': {shown}", op.action));
     }
     if op.action == "observe" && op.buckets.is_none() {
         problems.push(format!("'buckets' is required for action 'observe': {shown}"));
-    }
-    if op.set.is_some() && op.add.is_some() {
-        problems.push(format!("'set' and 'add' are mutual exclusive: {shown}"));
     }
     problems
 }
@@ -233,29 +290,44 @@ mod tests {
 
     #[test]
     fn operations_are_read_and_checked_as_shell_operator_does() {
-        let ops = parse(
+        let read = parse(
             br#"{"name":"a","set":1}
 {"name":"b","add":2,"labels":{"x":"y"}}
 {"name":"c","action":"observe","value":0.3,"buckets":[0.1,1]}
-{"group":"g","action":"expire"}"#,
+{"group":"g","action":"expire"}
+{"name":"d","value":1}
+{"name":"e","action":"inc","value":1}"#,
         )
         .unwrap();
-        assert_eq!(ops.iter().map(|o| o.action.as_str()).collect::<Vec<_>>(), ["set", "add", "observe", "expire"]);
-        let refused = parse(br#"{"name":"a"}{"name":"b","action":"observe","value":1}{"set":1}{"name":"d","set":1,"add":1}{"name":"e","action":"expire"}"#)
-            .unwrap_err();
-        assert!(refused.starts_with("6 errors occurred:"), "{refused}");
-        assert!(refused.contains("one of: 'action', 'set' or 'add' is required"));
-        assert!(refused.contains("'buckets' is required for action 'observe'"));
-        assert!(refused.contains("'name' is required"));
-        assert!(refused.contains("'set' and 'add' are mutual exclusive"));
+        let actions: Vec<&str> = read.operations.iter().map(|o| o.action.as_str()).collect();
+        assert_eq!(actions, ["set", "add", "observe", "expire"]);
+        assert_eq!(
+            read.dropped,
+            [
+                "unknown action in MetricOperation: \"\" [name=d, value=1.000000]",
+                "unknown action in MetricOperation: \"inc\" [name=e, action=inc, value=1.000000]"
+            ]
+        );
+        let refused = parse(
+            br#"{"name":"b","action":"observe","value":1}{"set":1}{"name":"d","set":1,"add":1}{"name":"e","action":"expire"}{"name":"a-b","set":1}{"name":"f","set":1,"labels":{"app.kubernetes.io/name":"x"}}"#,
+        )
+        .unwrap_err();
+        // Both `set` and `add` leave no action: such an operation is dropped, not refused.
+        assert!(refused.starts_with("5 errors occurred:"), "{refused}");
+        assert!(
+            refused.contains("'buckets' is required for action 'observe': [name=b, action=observe, value=1.000000]")
+        );
+        assert!(refused.contains("'name' is required: [action=set, value=1.000000, set=1.000000]"));
         assert!(refused.contains("unsupported action 'expire'"));
-        assert!(parse(b"not json").unwrap_err().starts_with("cannot read the metrics file"));
+        assert!(refused.contains("'name' is not a Prometheus metric name"));
+        assert!(refused.contains("label \"app.kubernetes.io/name\" is not a Prometheus label name"));
+        assert!(parse(b"not json").unwrap_err().starts_with("got bad metrics: "));
     }
 
     #[test]
     fn series_add_up_and_groups_replace_their_series() {
         let mut series = Series::default();
-        let run = |text: &str| parse(text.as_bytes()).unwrap();
+        let run = |text: &str| parse(text.as_bytes()).unwrap().operations;
         series.apply("h", &run(r#"{"name":"runs_total","add":1}{"name":"temp","set":20.5,"labels":{"room":"a"}}"#));
         series.apply(
             "h",

@@ -53,9 +53,14 @@ pub enum IfExists {
 }
 
 impl Operation {
-    /// `apiVersion/kind/namespace/name`, as shell-operator names an operation's object in errors.
+    /// `Create object apiVersion/kind/namespace/name`, as shell-operator names an operation in errors.
     pub fn describe(&self) -> String {
-        format!("{}/{}/{}/{}", self.api_version, self.kind, self.namespace, self.name)
+        let verb = match self.what {
+            What::Create { .. } => "Create",
+            What::Delete { .. } => "Delete",
+            _ => "Filter",
+        };
+        format!("{verb} object {}/{}/{}/{}", self.api_version, self.kind, self.namespace, self.name)
     }
 }
 
@@ -266,7 +271,7 @@ mod tests {
         let ops = parse(json).unwrap();
         assert_eq!(ops.len(), 3);
         assert!(matches!(&ops[0].what, What::Create { if_exists: IfExists::Fail, .. }));
-        assert_eq!(ops[0].describe(), "v1/ConfigMap/n/a");
+        assert_eq!(ops[0].describe(), "Create object v1/ConfigMap/n/a");
         assert!(matches!(&ops[1].what, What::MergePatch(p) if p == &json!({"metadata": {"labels": {"x": "y"}}})));
         assert!(matches!(&ops[2].what, What::Delete { propagation: "Foreground" }));
 
