@@ -13,6 +13,7 @@ import report
 import scale
 import scenarios
 import sharding
+import shell_operator
 from kube import Api
 
 # How much each scenario measures. The full profile is what bench/RESULTS.md comes from.
@@ -31,6 +32,7 @@ PROFILES = {
         "scale_poll": {"sizes": [100000]},
         "sharding": {"size": 20000, "members": [1, 2, 4]},
         "kro": {"count": 30, "size": 1000, "window": 60, "few": 20, "big_crds": 200},
+        "shell_operator": {"count": 100, "size": 100000},
     },
     "quick": {
         "idle": {"sizes": [100], "window": 15, "windows": 2},
@@ -46,6 +48,7 @@ PROFILES = {
         "scale_poll": {"sizes": [2000]},
         "sharding": {"size": 1000, "members": [1, 2]},
         "kro": {"count": 10, "size": 200, "window": 15, "few": 10, "big_crds": 200},
+        "shell_operator": {"count": 20, "size": 2000},
     },
 }
 
@@ -90,7 +93,8 @@ def main():
     for name in only:
         t0 = time.monotonic()
         log(f"{name} ...")
-        module = {"metacontroller": metacontroller, "kro": kro, "scale": scale, "scale_poll": scale, "sharding": sharding}.get(
+        module = {"metacontroller": metacontroller, "kro": kro, "scale": scale, "scale_poll": scale, "sharding": sharding,
+                  "shell_operator": shell_operator}.get(
             name, scenarios
         )
         results[name] = getattr(module, name.replace("idle", "idle_cost"))(bench, **profile[name], log=log)

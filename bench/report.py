@@ -96,7 +96,8 @@ def write(results, out):
     sections = [("idle", idle_section), ("reaction", reaction_section), ("convergence", convergence_section),
                 ("listing", listing_section), ("footprint", footprint_section), ("restart", restart_section),
                 ("sizing", sizing_section), ("hooks", hooks_section), ("metacontroller", metacontroller_section),
-                ("scale", scale_section), ("sharding", sharding_section), ("kro", kro_section)]
+                ("scale", scale_section), ("sharding", sharding_section), ("kro", kro_section),
+                ("shell_operator", shell_operator_section)]
     if "scale_poll" in results and "scale" not in results:
         results = dict(results, scale={})
     verdicts = []
@@ -558,6 +559,46 @@ def kro_section(results, w, verdicts, out):
                 continue
             verdicts.append(f"kro as a peer ({peer}; aim: ahead on every row): "
                             + rows_versus(names, rows["samplectl"], rows[peer]))
+
+
+def shell_operator_section(results, w, verdicts, out):
+    s = results["settings"]["shell_operator"]
+    data = results["shell_operator"]
+    w("## 13. shell-operator as a peer\n")
+    w("shell-operator at c8d19cb (its main branch, `v1.2.0-dev`), which cannot be built from the Go module proxy "
+      "alone (it refuses github.com/deckhouse/module-sdk, a dependency since v1.11): its source and module-sdk "
+      "v0.12.4 were fetched from their repositories, module-sdk put in place with `go mod edit -replace`, and "
+      "the binary built with `CGO_ENABLED=0 go build ./cmd/shell-operator`; `scripts/bench` runs it when "
+      "`SO_BIN` names it, out of the cluster with the kubeconfig. Both runners run the same hooks directory "
+      "(`bench/shell_operator.py`): one hook bound to the ConfigMaps labelled `bench=shell` in a namespace of "
+      "its own, `keepFullObjectsInMemory: false`, a jqFilter keeping the name, called on Added, writing each "
+      "name with the time of its run (bash and jq). Reaction: "
+      f"{s['count']} ConfigMaps created one at a time, create returned -> the hook has written the name. "
+      f"Burst: {s['size']} ConfigMaps created by 16 clients, first create -> the hook has written every name; "
+      "runs is how many hook processes that took (both runners combine the events waiting for one hook into "
+      "one run). Memory: resident once quiet with no ConfigMap, then with every ConfigMap watched; per object "
+      "is the difference over the objects watched." + measured_on(results, "shell_operator") + "\n")
+    if "shell-operator" not in data.get("runners", []):
+        w("shell-operator was not measured in this run: `SO_BIN` was not set.\n")
+    w(f"| runner | reaction p50 ms | p90 ms | p99 ms | {s['size']} seen s | runs | RSS empty MiB | "
+      f"RSS with {s['count'] + s['size']} MiB | KiB per object |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = {}
+    for runner in ("samplectl", "shell-operator"):
+        d = data.get(runner)
+        if not d:
+            continue
+        lat = [x * 1000 for x in d["reaction"]]
+        rows[runner] = (pct(lat, 50), pct(lat, 90), pct(lat, 99), d["burst_seconds"], d["burst_runs"],
+                        d["rss_empty_mib"], d["rss_full_mib"], d["kib_per_object"])
+        cells = [f"{v:.1f}" if isinstance(v, float) else str(v) for v in rows[runner]]
+        w(f"| {runner} | " + " | ".join(cells) + " |")
+    w("")
+    if "samplectl" in rows and "shell-operator" in rows:
+        names = ["reaction p50", "reaction p90", "reaction p99", "burst", "runs", "RSS empty", "RSS full",
+                 "per object"]
+        verdicts.append("shell-operator as a peer (aim: ahead on every row): "
+                        + rows_versus(names, rows["samplectl"], rows["shell-operator"]))
 
 
 def scale_section(results, w, verdicts, out):
