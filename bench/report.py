@@ -575,28 +575,29 @@ def shell_operator_section(results, w, verdicts, out):
       "name with the time of its run (bash and jq). Reaction: "
       f"{s['count']} ConfigMaps created one at a time, create returned -> the hook has written the name. "
       f"Burst: {s['size']} ConfigMaps created by 16 clients, first create -> the hook has written every name; "
-      "runs is how many hook processes that took (both runners combine the events waiting for one hook into "
-      "one run). Memory: resident once quiet with no ConfigMap, then with every ConfigMap watched; per object "
+      "runs is how many hook processes that took, and runs/min their pace (both runners combine the events "
+      "waiting for one hook into one run, so a runner whose runs finish sooner makes more, smaller ones; "
+      "neither is better as such, and neither counts in the verdict). Memory: resident once quiet with no ConfigMap, then with every ConfigMap watched; per object "
       "is the difference over the objects watched." + measured_on(results, "shell_operator") + "\n")
     if "shell-operator" not in data.get("runners", []):
         w("shell-operator was not measured in this run: `SO_BIN` was not set.\n")
-    w(f"| runner | reaction p50 ms | p90 ms | p99 ms | {s['size']} seen s | runs | RSS empty MiB | "
+    w(f"| runner | reaction p50 ms | p90 ms | p99 ms | {s['size']} seen s | runs | runs/min | RSS empty MiB | "
       f"RSS with {s['count'] + s['size']} MiB | KiB per object |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = {}
     for runner in ("samplectl", "shell-operator"):
         d = data.get(runner)
         if not d:
             continue
         lat = [x * 1000 for x in d["reaction"]]
-        rows[runner] = (pct(lat, 50), pct(lat, 90), pct(lat, 99), d["burst_seconds"], d["burst_runs"],
-                        d["rss_empty_mib"], d["rss_full_mib"], d["kib_per_object"])
-        cells = [f"{v:.1f}" if isinstance(v, float) else str(v) for v in rows[runner]]
+        rows[runner] = (pct(lat, 50), pct(lat, 90), pct(lat, 99), d["burst_seconds"], d["rss_empty_mib"],
+                        d["rss_full_mib"], d["kib_per_object"])
+        cells = [f"{v:.1f}" for v in rows[runner]]
+        cells[4:4] = [str(d["burst_runs"]), f"{d['burst_runs'] * 60 / d['burst_seconds']:.0f}"]
         w(f"| {runner} | " + " | ".join(cells) + " |")
     w("")
     if "samplectl" in rows and "shell-operator" in rows:
-        names = ["reaction p50", "reaction p90", "reaction p99", "burst", "runs", "RSS empty", "RSS full",
-                 "per object"]
+        names = ["reaction p50", "reaction p90", "reaction p99", "burst", "RSS empty", "RSS full", "per object"]
         verdicts.append("shell-operator as a peer (aim: ahead on every row): "
                         + rows_versus(names, rows["samplectl"], rows["shell-operator"]))
 
