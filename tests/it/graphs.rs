@@ -474,14 +474,16 @@ fn a_broken_graph_is_said_and_a_foreign_object_is_not_taken() {
         &ns.0,
         &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "taken"}, "data": {"mine": "yes"}}),
     );
-    apply(
-        &ns.0,
-        &json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphFine", "metadata": {"name": "taken"}}),
-    );
-    apply(
-        &ns.0,
-        &json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphFine", "metadata": {"name": "free"}}),
-    );
+    // The fine RGD's CRD may still be on its way (the wait above was for the other RGD): kubectl can
+    // create an instance once the API server serves the kind.
+    for name in ["taken", "free"] {
+        let instance =
+            json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphFine", "metadata": {"name": name}});
+        eventually(SOON, "an instance of the fine RGD created", || match crate::support::try_apply(&ns.0, &instance) {
+            run if run.code == 0 => Ok(()),
+            run => Err(run.stderr),
+        });
+    }
     eventually(SOON, "the free instance ACTIVE", || {
         let object = get("graphfines.graphs.samplectl.test", "free", Some(&ns.0)).ok_or("none")?;
         if object["status"]["state"] == "ACTIVE" { Ok(()) } else { Err(format!("{}", object["status"])) }
