@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use super::Shared;
 use super::queue::Task;
-use crate::cluster::resolve::{Resolved, resolve_loose_kind};
+use crate::cluster::resolve::Resolved;
 use crate::controller::rules::shell::config::{Kubernetes, Namespaces, WatchEvent};
 use crate::controller::rules::shell::context::{ObjectKey, Pending, SnapshotItem, What, sort};
 
@@ -110,18 +110,15 @@ impl Monitor {
 /// first lists. Events are held until `Monitor::open`.
 pub async fn start(shared: &Arc<Shared>, hook: usize, binding: usize) -> Result<Arc<Monitor>, String> {
     let config = &shared.hooks[hook].loaded.config.kubernetes[binding];
-    let resolved = resolve_loose_kind(&shared.client, config.api_version.as_deref(), &config.kind)
-        .await
-        .map_err(|err| crate::error::describe_any(&err))?
-        .ok_or_else(|| {
-            format!(
-                "{}: Cannot get GroupVersionResource info for apiVersion '{}' kind '{}' from api-server. Possibly CRD \
+    let resolved = shared.resolve(config.api_version.as_deref(), &config.kind).await?.ok_or_else(|| {
+        format!(
+            "{}: Cannot get GroupVersionResource info for apiVersion '{}' kind '{}' from api-server. Possibly CRD \
                  is not created before informers are started. Error was: the server has no resource of that kind",
-                config.debug_name,
-                config.api_version.as_deref().unwrap_or_default(),
-                config.kind
-            )
-        })?;
+            config.debug_name,
+            config.api_version.as_deref().unwrap_or_default(),
+            config.kind
+        )
+    })?;
     let monitor = Arc::new(Monitor {
         hook,
         binding,
@@ -133,10 +130,7 @@ pub async fn start(shared: &Arc<Shared>, hook: usize, binding: usize) -> Result<
     let mut waiting = 0;
     match (&config.namespaces, monitor.resolved.namespaced) {
         (Namespaces::Labelled(selector), true) => {
-            let namespaces = crate::cluster::resolve::resolve_loose_kind(&shared.client, Some("v1"), "Namespace")
-                .await
-                .map_err(|err| crate::error::describe_any(&err))?
-                .ok_or("the server has no namespaces")?;
+            let namespaces = shared.resolve(Some("v1"), "Namespace").await?.ok_or("the server has no namespaces")?;
             let (_, events) = shared.hub.objects(&namespaces.ar, None, &selector.to_query());
             let (first_tx, mut first) = mpsc::unbounded_channel::<Vec<String>>();
             let task = tokio::spawn(follow_namespaces(shared.clone(), Arc::downgrade(&monitor), events, first_tx));

@@ -50,6 +50,9 @@ struct Shared {
     /// Told whenever a hook's schedules are turned on.
     schedules_on: tokio::sync::Notify,
     metrics: Arc<crate::controller::serve::metrics::Metrics>,
+    /// Kinds found through discovery, by apiVersion (empty: any) and the name a hook gave: a patch file
+    /// of many operations asks discovery once, not once per operation. Misses are not kept.
+    kinds: std::sync::Mutex<HashMap<(String, String), crate::cluster::resolve::Resolved>>,
     /// The running kubernetes bindings, by hook and binding.
     monitors: std::sync::Mutex<HashMap<(usize, usize), Arc<Monitor>>>,
 }
@@ -89,6 +92,7 @@ impl Hooks {
             fence,
             schedules_on: tokio::sync::Notify::new(),
             metrics: serving.metrics.clone(),
+            kinds: Default::default(),
             monitors: Default::default(),
         });
         shared.queue_start_up();
@@ -191,6 +195,33 @@ impl Shared {
             });
         }
         Ok(next)
+    }
+
+    /// The resource a hook names by `kind` (in `api_version`, if given), as shell-operator finds it;
+    /// `None` if discovery has none.
+    async fn resolve(
+        &self,
+        api_version: Option<&str>,
+        kind: &str,
+    ) -> Result<Option<crate::cluster::resolve::Resolved>, String> {
+        let key = (api_version.unwrap_or_default().to_owned(), kind.to_owned());
+        if let Some(found) = self.kinds.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(Some(found.clone()));
+        }
+        let found = crate::cluster::resolve::resolve_loose_kind(&self.client, api_version, kind)
+            .await
+            .map_err(|err| crate::error::describe_any(&err))?;
+        if let Some(found) = &found {
+            self.kinds.lock().unwrap_or_else(|e| e.into_inner()).insert(key, found.clone());
+        }
+        Ok(found)
+    }
+
+    /// Forgets what `resolve` found for `kind`, after a request to it failed: the resource may have
+    /// changed (a CRD deleted or made again).
+    fn forget_kind(&self, api_version: Option<&str>, kind: &str) {
+        let key = (api_version.unwrap_or_default().to_owned(), kind.to_owned());
+        self.kinds.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
     }
 
     fn monitor(&self, hook: usize, binding: usize) -> Option<Arc<Monitor>> {

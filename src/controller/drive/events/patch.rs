@@ -9,7 +9,7 @@ use std::time::Duration;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 
 use super::Shared;
-use crate::cluster::resolve::{Resolved, resolve_loose_kind};
+use crate::cluster::resolve::Resolved;
 use crate::cluster::scope;
 use crate::controller::engine::request::{Failed, bounded};
 use crate::controller::rules::FIELD_MANAGER;
@@ -25,6 +25,7 @@ pub async fn apply(shared: &Shared, operations: Vec<Operation>) -> Result<(), St
     let mut failed = Vec::new();
     for operation in &operations {
         if let Err(err) = apply_one(shared, operation).await {
+            shared.forget_kind(api_version(operation), &operation.kind);
             failed.push(format!("{}: {err}", operation.describe()));
         }
     }
@@ -34,14 +35,14 @@ pub async fn apply(shared: &Shared, operations: Vec<Operation>) -> Result<(), St
     }
 }
 
+fn api_version(operation: &Operation) -> Option<&str> {
+    Some(operation.api_version.as_str()).filter(|v| !v.is_empty())
+}
+
 async fn resolve(shared: &Shared, operation: &Operation) -> Result<Resolved, String> {
-    let api_version = Some(operation.api_version.as_str()).filter(|v| !v.is_empty());
-    resolve_loose_kind(&shared.client, api_version, &operation.kind)
-        .await
-        .map_err(|err| crate::error::describe_any(&err))?
-        .ok_or_else(|| {
-            format!("apiVersion '{}', kind '{}' is not supported by cluster", operation.api_version, operation.kind)
-        })
+    shared.resolve(api_version(operation), &operation.kind).await?.ok_or_else(|| {
+        format!("apiVersion '{}', kind '{}' is not supported by cluster", operation.api_version, operation.kind)
+    })
 }
 
 fn fenced(shared: &Shared) -> Result<(), String> {

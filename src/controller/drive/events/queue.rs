@@ -124,18 +124,20 @@ fn compact(tasks: &mut VecDeque<Task>, hook: usize) {
     if tasks.iter().filter(|t| mergeable(t, hook)).count() < COMPACT_AT {
         return;
     }
-    let Some(first) = tasks.iter().position(|t| mergeable(t, hook)) else { return };
     let mut all = Vec::new();
     let mut unlocks = Vec::new();
     let mut kept = VecDeque::with_capacity(tasks.len());
-    for (i, task) in tasks.drain(..).enumerate() {
+    // Where the first of them stays, to take every context in.
+    let mut first = None;
+    for task in tasks.drain(..) {
         match task {
             Task::Run { hook: h, contexts, unlock, event, allow_failure }
-                if h == hook && (i == first || contexts.first().is_some_and(context::combinable)) =>
+                if h == hook && contexts.first().is_some_and(context::combinable) =>
             {
                 all.extend(contexts);
                 unlocks.extend(unlock);
-                if i == first {
+                if first.is_none() {
+                    first = Some(kept.len());
                     kept.push_back(Task::Run { hook, event, allow_failure, contexts: Vec::new(), unlock: Vec::new() });
                 }
             }
@@ -148,9 +150,7 @@ fn compact(tasks: &mut VecDeque<Task>, hook: usize) {
         "{COMPACT_AT} or more runs of one hook waiting: merged into one with {} contexts",
         merged.len()
     );
-    if let Some(Task::Run { contexts, unlock, .. }) =
-        kept.iter_mut().find(|t| matches!(t, Task::Run { hook: h, contexts, .. } if *h == hook && contexts.is_empty()))
-    {
+    if let Some(Task::Run { contexts, unlock, .. }) = first.and_then(|at| kept.get_mut(at)) {
         *contexts = merged;
         *unlock = unlocks;
     }

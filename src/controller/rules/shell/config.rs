@@ -233,10 +233,7 @@ fn v1(raw: RawV1) -> Result<HookConfig, String> {
     let settings = raw.settings.map(settings).transpose()?;
     let mut kubernetes = Vec::new();
     for (i, binding) in raw.kubernetes.into_iter().enumerate() {
-        let debug_name = match binding.name.as_deref() {
-            None | Some("") => format!("kubernetes[{i}]"),
-            Some(name) => format!("kubernetes[{i}]{{{name}}}"),
-        };
+        let debug_name = debug_name(i, binding.name.as_deref().unwrap_or_default());
         let mut parsed = kubernetes_v1(binding).map_err(|err| match err.strip_prefix("jqFilter: ") {
             Some(jq) => format!("invalid kubernetes config [{i}] jqFilter: {jq}"),
             None => format!("invalid kubernetes config [{i}]: {err}"),
@@ -255,12 +252,9 @@ fn v1(raw: RawV1) -> Result<HookConfig, String> {
         if let Err(err) = check_snapshots(&kubernetes, &s.include_snapshots_from) {
             problems.push(format!("includeSnapshotsFrom is invalid: {err}"));
         }
-        let Ok(parsed) = parsed else {
+        let (Ok(parsed), true) = (parsed, problems.is_empty()) else {
             return Err(format!("invalid schedule config [{i}]: {}", schema::joined(&problems)));
         };
-        if !problems.is_empty() {
-            return Err(format!("invalid schedule config [{i}]: {}", schema::joined(&problems)));
-        }
         schedules.push(Schedule {
             name: s.name.filter(|n| !n.is_empty()).unwrap_or_else(|| "schedule".into()),
             crontab: s.crontab,
@@ -400,6 +394,14 @@ fn kubernetes_v1(raw: RawKubernetes) -> Result<Kubernetes, String> {
     })
 }
 
+/// `kubernetes[0]{name}`, or `kubernetes[0]` for a binding without a name, as shell-operator names it.
+fn debug_name(index: usize, name: &str) -> String {
+    match name {
+        "" => format!("kubernetes[{index}]"),
+        name => format!("kubernetes[{index}]{{{name}}}"),
+    }
+}
+
 /// As apimachinery's `ParseGroupVersion`: `v1`, `group/version`, no more than one slash.
 fn group_version_is_valid(text: &str) -> bool {
     text.split('/').count() <= 2
@@ -501,10 +503,7 @@ fn v0(value: Value) -> Result<HookConfig, String> {
             _ => Namespaces::All,
         };
         kubernetes.push(Kubernetes {
-            debug_name: match raw.name.as_str() {
-                "" => format!("kubernetes[{i}]"),
-                name => format!("kubernetes[{i}]{{{name}}}"),
-            },
+            debug_name: debug_name(i, &raw.name),
             name: if raw.name.is_empty() { "onKubernetesEvent".into() } else { raw.name },
             api_version: None,
             kind: raw.kind,
