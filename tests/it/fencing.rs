@@ -200,9 +200,13 @@ fn a_write_held_past_the_lease_and_let_through_is_refused() {
         let target = eventually(PATIENCE, "the Samples shared out", || {
             all_on(&ns.0, &[&cut_id, &direct_id])?;
             converged(&ns.0, |_| "v1".into(), 12)?;
-            let (members, _) = labels(&ns.0);
+            let (members, draining) = labels(&ns.0);
             if !members.values().any(|m| *m == direct_id) {
                 return Err(format!("nothing moved yet: {members:?}"));
+            }
+            // A Sample still being drained is on its way out: its member writes nothing more for it.
+            if draining > 0 {
+                return Err(format!("{draining} still draining: {members:?}"));
             }
             members.iter().find(|(_, m)| **m == cut_id).map(|(s, _)| s.clone()).ok_or_else(|| format!("{members:?}"))
         });
