@@ -23,6 +23,7 @@ pub mod ids;
 mod output_format;
 mod plugin;
 mod reconcile;
+mod webhooks;
 
 pub use output_format::{OUTPUT_FORMATS, OutputFormat};
 pub use plugin::executable_name;

@@ -174,6 +174,9 @@ pub struct ReconcileArgs {
     /// --target-label-selector), so that several instances can split them
     #[arg(long, value_name = "SELECTOR", requires = "from_cluster", help_heading = "Controllers")]
     pub target_label_selector: Option<String>,
+
+    #[command(flatten)]
+    pub webhooks: super::webhooks::WebhookArgs,
 }
 
 impl ReconcileArgs {

@@ -41,7 +41,19 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         stats: args.stats,
     };
     let source = match args.filenames.is_empty() {
-        _ if let Some(dir) = &args.hooks_dir => Source::HooksDir { dir: dir.clone(), tmp_dir: args.tmp_dir.clone() },
+        _ if let Some(dir) = &args.hooks_dir => Source::HooksDir {
+            dir: dir.clone(),
+            tmp_dir: args.tmp_dir.clone(),
+            // shell-operator's --namespace is samplectl's -n; SHELL_OPERATOR_NAMESPACE as there.
+            webhooks: Box::new(
+                args.webhooks.settings(
+                    namespace
+                        .map(str::to_owned)
+                        .or_else(|| std::env::var("SHELL_OPERATOR_NAMESPACE").ok().filter(|ns| !ns.is_empty()))
+                        .unwrap_or_else(|| conn.default_namespace.clone()),
+                ),
+            ),
+        },
         _ if args.from_cluster => Source::Cluster { selector: args.target_label_selector.clone() },
         false => Source::Manifests(args.filenames.clone()),
         true => Source::Flags {

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::crd::serves_samples;
 use super::define;
 use super::define::hooks_dir;
-use super::drive::events::Hooks;
+use super::drive::events::{self as hooks, Hooks};
 use super::drive::observe;
 use super::drive::watch::hub::Hub;
 use super::engine::fence::Fence;
@@ -54,9 +54,10 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
             let writer = Writer { member: None, fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default() };
             Plan::Fleet(Fleet { selector, namespace: namespace.clone(), driving, writer, kro_features })
         }
-        Source::HooksDir { dir, tmp_dir } => Plan::Hooks(Hooks {
+        Source::HooksDir { dir, tmp_dir, webhooks } => Plan::Hooks(Hooks {
             hooks: hooks_dir::load(&dir).await?,
             tmp_dir: make_tmp_dir(tmp_dir)?,
+            webhooks,
             fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default(),
         }),
         Source::Manifests(paths) => Plan::Fixed(define::from_manifests(conn, &paths, kro_features).await?),
@@ -81,7 +82,9 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
         Plan::Fleet(fleet) => lead_or_run(conn, election, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await,
         Plan::Hooks(hooks) => {
             serving.health.synced();
-            lead_or_run(conn, election, Work::Hooks(hooks), &serving, stop, shutdown_timeout).await
+            // The webhooks are served by every replica, a standby too, from the start.
+            let ready = hooks.serve(conn, &serving, stop.clone()).await?;
+            lead_or_run(conn, election, Work::Hooks(ready), &serving, stop, shutdown_timeout).await
         }
         Plan::Fixed(definitions) => {
             serving.health.expect(definitions.len());
@@ -158,7 +161,7 @@ async fn observe(
 enum Work {
     Fixed(Reconciling),
     Fleet(Fleet),
-    Hooks(Hooks),
+    Hooks(hooks::Ready),
 }
 
 impl Work {
@@ -166,7 +169,7 @@ impl Work {
         match self {
             Work::Fixed(reconciling) => reconciling.run(stop).await,
             Work::Fleet(fleet) => fleet.run(conn, serving, stop).await,
-            Work::Hooks(hooks) => hooks.run(conn, serving, stop).await,
+            Work::Hooks(ready) => ready.run(stop).await,
         }
     }
 }

@@ -62,7 +62,33 @@ pub enum Source {
     /// they change.
     Cluster { selector: Option<String> },
     /// `--hooks-dir`: shell-operator's hooks in this directory, their run files in `tmp_dir`.
-    HooksDir { dir: PathBuf, tmp_dir: PathBuf },
+    HooksDir { dir: PathBuf, tmp_dir: PathBuf, webhooks: Box<WebhookSettings> },
+}
+
+/// Where shell-operator's webhooks are served and how they are registered.
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// The namespace of the Services.
+    pub namespace: String,
+    /// The Validating/MutatingWebhookConfigurations are `<this>-hooks`.
+    pub configuration_name: String,
+    pub admission: WebhookEndpoint,
+    pub conversion: WebhookEndpoint,
+}
+
+/// One webhook server: its TLS material, where it listens, and how the API server reaches it.
+#[derive(Debug, Clone)]
+pub struct WebhookEndpoint {
+    pub service: String,
+    /// A base URL registered instead of the Service.
+    pub url: Option<String>,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The CA bundle registered for the API server to check `cert` with.
+    pub ca: PathBuf,
+    /// When any is given, clients must show a certificate one of them signed.
+    pub client_cas: Vec<PathBuf>,
+    pub listen: (String, u16),
 }
 
 /// When parents are reconciled.

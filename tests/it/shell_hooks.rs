@@ -509,19 +509,62 @@ fn bad_hook_configs_are_refused_with_the_hook_and_the_field() {
     let run = samplectl(&["reconcile", "--hooks-dir", missing.to_str().unwrap()]);
     assert_eq!(run.code, 1);
     assert!(run.stderr.contains("hooks directory: path '/nonexistent/hooks' not exist"), "{}", run.stderr);
-    // A hook binding what samplectl does not serve yet is refused, naming it.
+    // Webhook bindings: a name the API server would refuse, and two hooks answering at one path.
     let hooks = Hooks::new();
-    hooks.hook("hooks/admit.sh", "configVersion: v1\nkubernetesValidating:\n- name: x.example.com", "true");
-    let run = samplectl(&[
-        "reconcile",
-        "--hooks-dir",
-        hooks.root().to_str().unwrap(),
-        "--tmp-dir",
-        hooks.tmp().to_str().unwrap(),
-    ]);
+    hooks.hook(
+        "admit.sh",
+        "configVersion: v1\nkubernetesValidating:\n- name: short.name\n  timeoutSeconds: 40",
+        "true",
+    );
+    let run = hooks_run(&hooks, &[]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
-        run.stderr.contains("hook 'hooks/admit.sh': kubernetesValidating \"x.example.com\": samplectl does not serve"),
+        run.stderr.contains("creating hook 'admit.sh': load hook 'admit.sh' config: 2 errors occurred"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(
+            "webhooks[0].name: Invalid value: \"short.name\": should be a domain with at least three segments separated by dots"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("the timeout value must be between 1 and 30 seconds"), "{}", run.stderr);
+    let hooks = Hooks::new();
+    hooks.hook("a.sh", "configVersion: v1\nkubernetesValidating:\n- name: same.example.com", "true");
+    hooks.hook("b.sh", "configVersion: v1\nkubernetesMutating:\n- name: same.example.com", "true");
+    let run = hooks_run(&hooks, &[]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("hook 'b.sh': webhook \"same.example.com\" would be served at /hooks/same-example-com, as webhook \"same.example.com\" of hook 'a.sh' is"),
+        "{}",
+        run.stderr
+    );
+    // The server's certificate missing: said before anything is registered or run.
+    let hooks = Hooks::new();
+    hooks.hook("a.sh", "configVersion: v1\nkubernetesValidating:\n- name: good.example.com", "true");
+    let missing = hooks.dir.path().join("none");
+    let ca = hooks.dir.path().join("ca.crt");
+    std::fs::write(&ca, "").unwrap();
+    let (cert, key) = (missing.join("tls.crt"), missing.join("tls.key"));
+    let run = hooks_run(
+        &hooks,
+        &[
+            "--validating-webhook-ca",
+            ca.to_str().unwrap(),
+            "--validating-webhook-server-cert",
+            cert.to_str().unwrap(),
+            "--validating-webhook-server-key",
+            key.to_str().unwrap(),
+            "--validating-webhook-listen-port",
+            &free_port().to_string(),
+        ],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("the admission webhook server's TLS: cannot read the certificate {}", cert.display())),
         "{}",
         run.stderr
     );
@@ -641,4 +684,361 @@ fn a_binding_on_a_kind_not_served_yet_runs_once_its_crd_is_installed() {
         if hooks.lines("ticks").is_empty() { Err(String::new()) } else { Ok(()) }
     });
     kubectl(&["delete", "crd", &format!("{plural}.{group}"), "--wait=false"]).success();
+}
+
+/// `samplectl reconcile` on `hooks` with `extra` flags, to its end.
+fn hooks_run(hooks: &Hooks, extra: &[&str]) -> crate::support::Run {
+    let (root, tmp) = (hooks.root(), hooks.tmp());
+    let mut args = vec!["reconcile", "--hooks-dir", root.to_str().unwrap(), "--tmp-dir", tmp.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    samplectl(&args)
+}
+
+/// A CA and a server certificate it signed for 127.0.0.1, in `dir`: `ca.crt`, `tls.crt`, `tls.key`.
+fn certificates(dir: &Path) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "samplectl test CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+}
+
+/// The flags that serve one kind of webhook (`validating` or `conversion`) on `port` with the
+/// certificates in `certs`, registered by URL: the local API server reaches 127.0.0.1, not a Service.
+fn webhook_flags(kind: &str, certs: &Path, port: u16) -> Vec<String> {
+    let file = |name: &str| certs.join(name).to_str().unwrap().to_owned();
+    [
+        (format!("--{kind}-webhook-url"), format!("https://127.0.0.1:{port}")),
+        (format!("--{kind}-webhook-listen-address"), "127.0.0.1".to_owned()),
+        (format!("--{kind}-webhook-listen-port"), port.to_string()),
+        (format!("--{kind}-webhook-server-cert"), file("tls.crt")),
+        (format!("--{kind}-webhook-server-key"), file("tls.key")),
+        (format!("--{kind}-webhook-ca"), file("ca.crt")),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag, value])
+    .collect()
+}
+
+/// Cluster-scoped objects a test made, deleted when it ends however it ends.
+struct Delete(Vec<(&'static str, String)>);
+
+impl Drop for Delete {
+    fn drop(&mut self) {
+        for (kind, name) in &self.0 {
+            let _ = kubectl(&["delete", kind, name, "--ignore-not-found", "--wait=false"]);
+        }
+    }
+}
+
+/// Validating and mutating bindings are registered in `<name>-hooks` configurations pointing at
+/// samplectl's TLS server, and the API server's reviews are answered by the hooks: a refusal with the
+/// hook's message, a warning, a JSON Patch applied, and a failing hook refusing with "Hook failed".
+#[test]
+fn admission_webhooks_are_registered_and_answered_by_the_hooks() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("shell-admit");
+    let hooks = Hooks::new();
+    let certs = hooks.dir.path().join("certs");
+    certificates(&certs);
+    let _delete = Delete(vec![
+        ("validatingwebhookconfiguration", format!("{}-hooks", ns.0)),
+        ("mutatingwebhookconfiguration", format!("{}-hooks", ns.0)),
+    ]);
+    // Only this test's namespace is reviewed: the webhooks must not touch other tests' objects.
+    let binding = |name: &str| {
+        format!(
+            "- name: {name}
+  namespace: {{labelSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}
+  rules:
+  - {{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [configmaps], scope: Namespaced}}
+  timeoutSeconds: 10",
+            ns = ns.0
+        )
+    };
+    let validate = r#"
+cp "$BINDING_CONTEXT_PATH" "$OUT/validate-$(date +%s%N).json"
+python3 - <<'PY'
+import json, os, sys
+request = json.load(open(os.environ["BINDING_CONTEXT_PATH"]))[0]["review"]["request"]
+labels = request["object"]["metadata"].get("labels", {})
+if labels.get("crash") == "yes":
+    sys.exit(3)
+answer = {"allowed": False, "message": "labelled deny=yes"} if labels.get("deny") == "yes" else {"allowed": True, "warnings": ["seen by the hook"]}
+open(os.environ["VALIDATING_RESPONSE_PATH"], "w").write(json.dumps(answer))
+PY"#;
+    hooks.hook(
+        "validate.sh",
+        &format!("configVersion: v1\nkubernetesValidating:\n{}", binding("deny-labelled.samplectl.example.com")),
+        validate,
+    );
+    let mutate = r#"PATCH=$(printf '[{"op":"add","path":"/metadata/annotations","value":{"mutated":"yes"}}]' | base64 -w 0)
+echo "{\"allowed\":true,\"patch\":\"$PATCH\"}" > "$VALIDATING_RESPONSE_PATH""#;
+    hooks.hook(
+        "mutate.sh",
+        &format!("configVersion: v1\nkubernetesMutating:\n{}", binding("annotate.config-maps.example.com")),
+        mutate,
+    );
+    let port = free_port();
+    let mut flags = webhook_flags("validating", &certs, port);
+    flags.extend(["--validating-webhook-configuration-name".to_owned(), ns.0.clone()]);
+    let runner = hooks.run(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // Registered when a refusal comes back (the API server picks a configuration up within a moment).
+    let mut attempt = 0;
+    let refused = eventually(SOON, "a labelled ConfigMap refused by the hook", || {
+        // A new name each time: one made before the configuration was picked up is not reviewed again.
+        attempt += 1;
+        let name = format!("denied-{attempt}");
+        let labelled = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": name, "labels": {"deny": "yes"}}});
+        let run = crate::support::try_apply(&ns.0, &labelled);
+        match run.code {
+            0 => Err(format!("created: {}", runner.stderr())),
+            _ => Ok(run.stderr),
+        }
+    });
+    assert!(
+        refused.contains(
+            "admission webhook \"deny-labelled.samplectl.example.com\" denied the request: labelled deny=yes"
+        ),
+        "{refused}"
+    );
+
+    // The mutating configuration may be picked up a moment after the validating one.
+    let mut attempt = 0;
+    let (made, kept) = eventually(SOON, "a ConfigMap annotated by the mutating hook", || {
+        attempt += 1;
+        let name = format!("kept-{attempt}");
+        let made = kubectl(&["-n", &ns.0, "create", "configmap", &name, "--from-literal=a=1"]);
+        if made.code != 0 {
+            return Err(format!("{made:?}\n{}", runner.stderr()));
+        }
+        let kept = kubectl_json(&["-n", &ns.0, "get", "configmap", &name]);
+        match kept["metadata"]["annotations"]["mutated"] == "yes" {
+            true => Ok((made, kept)),
+            false => Err(format!("{kept}\n{}", runner.stderr())),
+        }
+    });
+    assert!(made.stderr.contains("seen by the hook"), "the hook's warning: {made:?}");
+    let kept_name = kept["metadata"]["name"].clone();
+
+    let crash =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "crash", "labels": {"crash": "yes"}}});
+    let run = crate::support::try_apply(&ns.0, &crash);
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("denied the request: Hook failed"), "{run:?}");
+
+    // Registered as shell-operator registers: the binding's rules, its defaults, the path from its name.
+    let mutating = kubectl_json(&["get", "mutatingwebhookconfiguration", &format!("{}-hooks", ns.0)]);
+    let entry = &mutating["webhooks"][0];
+    assert_eq!(entry["name"], "annotate.config-maps.example.com");
+    assert_eq!(
+        entry["clientConfig"]["url"],
+        format!("https://127.0.0.1:{port}/hooks/annotate-config-maps-example-com")
+    );
+    assert_eq!(entry["failurePolicy"], "Fail");
+    assert_eq!(entry["sideEffects"], "None");
+    assert_eq!(entry["matchPolicy"], "Equivalent");
+    assert_eq!(entry["admissionReviewVersions"], json!(["v1", "v1beta1"]));
+
+    // The hook was given shell-operator's context: the binding, its type and the API server's request.
+    let seen = hooks.contexts("validate");
+    let kept_review = seen.iter().find(|c| c[0]["review"]["request"]["name"] == kept_name).expect("the review of kept");
+    assert_eq!(kept_review[0]["binding"], "deny-labelled.samplectl.example.com");
+    assert_eq!(kept_review[0]["type"], "Validating");
+    assert_eq!(kept_review[0]["review"]["request"]["operation"], "CREATE");
+    assert_eq!(kept_review[0]["review"]["request"]["object"]["metadata"]["annotations"]["mutated"], "yes");
+    let (code, logged) = runner.stop("TERM", Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{logged}");
+}
+
+/// A conversion binding points its CRD at samplectl's conversion server, and the API server's
+/// conversions run the hook; the hook's own failedMessage reaches the client.
+#[test]
+fn conversion_webhooks_convert_between_a_crds_versions() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("shell-convert");
+    let hooks = Hooks::new();
+    let certs = hooks.dir.path().join("certs");
+    certificates(&certs);
+    let group = format!("{}.example.com", ns.0);
+    let crd_name = format!("crontabs.{group}");
+    let _delete = Delete(vec![("crd", crd_name.clone())]);
+    let schema = json!({"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": crd_name},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": "crontabs", "singular": "crontab", "kind": "CronTab"},
+                 "versions": [{"name": "v1alpha1", "served": true, "storage": true, "schema": schema},
+                              {"name": "v1alpha2", "served": true, "storage": false, "schema": schema}]}
+    });
+    crate::support::apply("default", &crd);
+    let config = format!(
+        "configVersion: v1
+kubernetesCustomResourceConversion:
+- name: alpha1_to_alpha2
+  crdName: {crd_name}
+  conversions:
+  - {{fromVersion: {group}/v1alpha1, toVersion: {group}/v1alpha2}}
+  - {{fromVersion: v1alpha2, toVersion: v1alpha1}}"
+    );
+    let body = format!(
+        r#"cp "$BINDING_CONTEXT_PATH" "$OUT/convert-$(date +%s%N).json"
+python3 - <<'PY'
+import json, os
+context = json.load(open(os.environ["BINDING_CONTEXT_PATH"]))[0]
+out = []
+for o in context["review"]["request"]["objects"]:
+    cron = o.get("spec", {{}}).get("cron")
+    if cron == ["fail"] or cron == "fail":
+        open(os.environ["CONVERSION_RESPONSE_PATH"], "w").write(json.dumps({{"failedMessage": "cannot convert fail"}}))
+        raise SystemExit(0)
+    if context["toVersion"].endswith("v1alpha2"):
+        o["apiVersion"] = "{group}/v1alpha2"
+        o["spec"]["cron"] = " ".join(cron)
+    else:
+        o["apiVersion"] = "{group}/v1alpha1"
+        o["spec"]["cron"] = cron.split(" ")
+    out.append(o)
+open(os.environ["CONVERSION_RESPONSE_PATH"], "w").write(json.dumps({{"convertedObjects": out}}))
+PY"#
+    );
+    hooks.hook("convert.sh", &config, &body);
+    let port = free_port();
+    let flags = webhook_flags("conversion", &certs, port);
+    let runner = hooks.run(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+    eventually(SOON, "the CRD pointed at the conversion server", || {
+        let crd = kubectl_json(&["get", "crd", &crd_name]);
+        match crd["spec"]["conversion"]["webhook"]["clientConfig"]["url"].as_str() {
+            Some(url) if url == format!("https://127.0.0.1:{port}/{crd_name}") => Ok(()),
+            _ => Err(format!("{}\n{}", crd["spec"]["conversion"], runner.stderr())),
+        }
+    });
+    let stored = json!({"apiVersion": format!("{group}/v1alpha1"), "kind": "CronTab",
+                        "metadata": {"name": "nightly", "namespace": ns.0},
+                        "spec": {"cron": ["0", "3", "*", "*", "*"]}});
+    crate::support::apply(&ns.0, &stored);
+    let read = eventually(SOON, "the object read in v1alpha2", || {
+        let run = kubectl(&["-n", &ns.0, "get", &format!("crontabs.v1alpha2.{group}"), "nightly", "-o", "json"]);
+        match run.code {
+            0 => Ok(serde_json::from_str::<Value>(&run.stdout).unwrap()),
+            _ => Err(format!("{run:?}\n{}", runner.stderr())),
+        }
+    });
+    assert_eq!(read["apiVersion"], format!("{group}/v1alpha2"));
+    assert_eq!(read["spec"]["cron"], "0 3 * * *");
+    // Written in v1alpha2, stored in v1alpha1: converted the other way.
+    let written = json!({"apiVersion": format!("{group}/v1alpha2"), "kind": "CronTab",
+                         "metadata": {"name": "hourly", "namespace": ns.0}, "spec": {"cron": "0 * * * *"}});
+    crate::support::apply(&ns.0, &written);
+    let back = kubectl_json(&["-n", &ns.0, "get", &format!("crontabs.v1alpha1.{group}"), "hourly"]);
+    assert_eq!(back["spec"]["cron"], json!(["0", "*", "*", "*", "*"]));
+
+    let contexts = hooks.contexts("convert");
+    let first = &contexts[0][0];
+    assert_eq!(first["binding"], "alpha1_to_alpha2");
+    assert_eq!(first["type"], "Conversion");
+    assert!(first["review"]["request"]["desiredAPIVersion"].is_string(), "{first}");
+
+    let failing = json!({"apiVersion": format!("{group}/v1alpha1"), "kind": "CronTab",
+                         "metadata": {"name": "broken", "namespace": ns.0}, "spec": {"cron": ["fail"]}});
+    crate::support::apply(&ns.0, &failing);
+    let run = kubectl(&["-n", &ns.0, "get", &format!("crontabs.v1alpha2.{group}"), "broken", "-o", "json"]);
+    assert_ne!(run.code, 0, "{run:?}");
+    assert!(run.stderr.contains("cannot convert fail"), "{run:?}");
+    let (code, logged) = runner.stop("TERM", Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{logged}");
+}
+
+/// Under `--leader-elect`, a standby serves reviews too (a Service may send them to any replica): a
+/// binding that reads no snapshots is answered by its hook there, and one that does is refused with the
+/// reason, since only the replica running the hooks has snapshots. The leader registers the URL of the
+/// standby's server here, so that the API server's reviews reach the standby.
+#[test]
+fn a_standby_answers_reviews_that_need_no_snapshots() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("shell-standby");
+    let hooks = Hooks::new();
+    let certs = hooks.dir.path().join("certs");
+    certificates(&certs);
+    let _delete = Delete(vec![("validatingwebhookconfiguration", format!("{}-hooks", ns.0))]);
+    let config = format!(
+        "configVersion: v1
+kubernetes:
+- {{name: maps, kind: ConfigMap, namespace: {{nameSelector: {{matchNames: [{ns}]}}}}, executeHookOnEvent: []}}
+kubernetesValidating:
+- name: plain.samplectl.example.com
+  namespace: {{labelSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}
+  labelSelector: {{matchLabels: {{check: plain}}}}
+  rules: [{{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [configmaps], scope: Namespaced}}]
+- name: snapshots.samplectl.example.com
+  includeSnapshotsFrom: [maps]
+  namespace: {{labelSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}
+  labelSelector: {{matchLabels: {{check: snapshots}}}}
+  rules: [{{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [configmaps], scope: Namespaced}}]",
+        ns = ns.0
+    );
+    // The kubernetes binding's runs (on the leader) are not reviews.
+    let body = r#"grep -q '"type":"Validating"' "$BINDING_CONTEXT_PATH" || exit 0
+echo "$PPID" >> "$OUT/answered"
+echo '{"allowed": false, "message": "refused by the hook"}' > "$VALIDATING_RESPONSE_PATH""#;
+    hooks.hook("policy.sh", &config, body);
+    let lease = format!("shell-{}", ns.0);
+    let elect = ["--leader-elect", "--leader-election-id", &lease, "--leader-election-namespace", &ns.0];
+    let (leader_port, standby_port) = (free_port(), free_port());
+    // The leader registers the standby's address.
+    let mut flags = webhook_flags("validating", &certs, leader_port);
+    flags[1] = format!("https://127.0.0.1:{standby_port}");
+    flags.extend(["--validating-webhook-configuration-name".to_owned(), ns.0.clone()]);
+    let mut leader_flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    leader_flags.extend(elect);
+    let leader = hooks.run(&leader_flags);
+    eventually(SOON, "the first replica runs the hooks", || {
+        if leader.stderr().contains("running 1 hooks") { Ok(()) } else { Err(leader.stderr()) }
+    });
+    let standby_flags = webhook_flags("validating", &certs, standby_port);
+    let mut standby_flags: Vec<&str> = standby_flags.iter().map(String::as_str).collect();
+    standby_flags.extend(elect);
+    let standby = hooks.run(&standby_flags);
+    let standby_pid = standby.child.id().to_string();
+
+    let mut attempt = 0;
+    let refused = eventually(SOON, "a review answered by the standby's hook", || {
+        attempt += 1;
+        let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": format!("plain-{attempt}"), "labels": {"check": "plain"}}});
+        let run = crate::support::try_apply(&ns.0, &map);
+        match run.code {
+            0 => Err(format!("created\n{}", standby.stderr())),
+            _ if run.stderr.contains("refused by the hook") => Ok(run.stderr),
+            _ => Err(format!("{}\n{}", run.stderr, standby.stderr())),
+        }
+    });
+    assert!(refused.contains("denied the request: refused by the hook"), "{refused}");
+    assert!(hooks.lines("answered").iter().all(|pid| *pid == standby_pid), "{:?}", hooks.lines("answered"));
+    assert!(!standby.stderr().contains("running 1 hooks"), "the standby ran the hooks: {}", standby.stderr());
+
+    let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "with-snapshots", "labels": {"check": "snapshots"}}});
+    let run = crate::support::try_apply(&ns.0, &map);
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains(
+            "binding \"snapshots.samplectl.example.com\" reads snapshots, and this replica does not run the hooks"
+        ),
+        "{}",
+        run.stderr
+    );
+    let (code, logged) = standby.stop("TERM", Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{logged}");
+    let (code, logged) = leader.stop("TERM", Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{logged}");
 }

@@ -42,17 +42,32 @@ pub async fn load(dir: &Path) -> Result<Vec<ShellHook>> {
                 String::from_utf8_lossy(&output)
             )
         })?;
-        if let Some(webhook) = config.webhooks.first() {
-            bail!(
-                "hook '{name}': {webhook}: samplectl does not serve shell-operator's admission and conversion webhooks yet"
-            );
-        }
         hooks.push(ShellHook { name, path, config });
     }
+    check_webhook_paths(&hooks)?;
     if hooks.is_empty() {
         tracing::warn!("no hooks found in {}", root.display());
     }
     Ok(hooks)
+}
+
+/// Two admission bindings answered at one path would take each other's requests (shell-operator lets
+/// the last loaded win without a word): refused, naming both.
+fn check_webhook_paths(hooks: &[ShellHook]) -> Result<()> {
+    let mut seen: std::collections::HashMap<&str, (&str, &str)> = Default::default();
+    for hook in hooks {
+        for binding in &hook.config.admission {
+            if let Some((other, other_binding)) = seen.insert(&binding.id, (&hook.name, &binding.name)) {
+                bail!(
+                    "hook '{}': webhook {:?} would be served at /hooks/{}, as webhook {other_binding:?} of hook '{other}' is",
+                    hook.name,
+                    binding.name,
+                    binding.id
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 fn walk(root: &Path, dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {

@@ -1,14 +1,14 @@
-//! TLS for `/metrics` with `--metrics-secure`: the certificate and key from `--metrics-cert-dir` (`tls.crt`,
+//! TLS for shell-operator's webhooks (`from_files`), and for `/metrics` with `--metrics-secure`: the certificate and key from `--metrics-cert-dir` (`tls.crt`,
 //! `tls.key`, as a Kubernetes TLS Secret mounts them), or, without one, a self-signed certificate made at
 //! start-up, as controller-runtime does. Prometheus scrapes with `insecure_skip_verify` or the CA of the
 //! given certificate; the token check is what keeps the metrics private either way.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -21,15 +21,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn server_config(cert_dir: Option<&Path>) -> Result<Arc<ServerConfig>> {
     let (certs, key) = match cert_dir {
-        Some(dir) => {
-            let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-            let certs = CertificateDer::pem_file_iter(&crt)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .with_context(|| format!("cannot read the certificate {}", crt.display()))?;
-            let key = PrivateKeyDer::from_pem_file(&key)
-                .with_context(|| format!("cannot read the private key {}", key.display()))?;
-            (certs, key)
-        }
+        Some(dir) => read_pair(&dir.join("tls.crt"), &dir.join("tls.key"))?,
         None => {
             let names = vec!["localhost".to_owned(), "samplectl-metrics".to_owned()];
             let made = rcgen::generate_simple_self_signed(names).context("cannot make a certificate")?;
@@ -37,12 +29,59 @@ pub fn server_config(cert_dir: Option<&Path>) -> Result<Arc<ServerConfig>> {
             (vec![made.cert.der().clone()], key)
         }
     };
-    let mut config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+    build(certs, key, &[])
+}
+
+/// A server's configuration from its certificate chain and key (PKCS#1, PKCS#8 or SEC1, as Go reads
+/// them); with `client_cas`, a client must show a certificate one of them signed, as Go's
+/// `RequireAndVerifyClientCert`.
+pub fn from_files(cert: &Path, key: &Path, client_cas: &[PathBuf]) -> Result<Arc<ServerConfig>> {
+    let (certs, key) = read_pair(cert, key)?;
+    build(certs, key, client_cas)
+}
+
+fn read_pair(crt: &Path, key: &Path) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let certs = CertificateDer::pem_file_iter(crt)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("cannot read the certificate {}", crt.display()))?;
+    if certs.is_empty() {
+        bail!("cannot read the certificate {}: no PEM certificate in it", crt.display());
+    }
+    let key =
+        PrivateKeyDer::from_pem_file(key).with_context(|| format!("cannot read the private key {}", key.display()))?;
+    Ok((certs, key))
+}
+
+fn build(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    client_cas: &[PathBuf],
+) -> Result<Arc<ServerConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .context("the certificate and key do not make a TLS configuration")?;
+        .context("TLS protocol versions")?;
+    let builder = match client_cas {
+        [] => builder.with_no_client_auth(),
+        paths => {
+            let mut roots = rustls::RootCertStore::empty();
+            for path in paths {
+                let certs = CertificateDer::pem_file_iter(path)
+                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                    .with_context(|| format!("cannot read the client CA {}", path.display()))?;
+                let (added, _) = roots.add_parsable_certificates(certs);
+                if added == 0 {
+                    bail!("cannot read the client CA {}: no usable certificate in it", path.display());
+                }
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .context("the client CAs do not make a verifier")?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config =
+        builder.with_single_cert(certs, key).context("the certificate and key do not make a TLS configuration")?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -68,8 +107,8 @@ impl axum::serve::Listener for TlsListener {
             let (stream, addr) = axum::serve::Listener::accept(&mut self.tcp).await;
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => return (tls, addr),
-                Ok(Err(err)) => tracing::debug!("metrics: TLS handshake with {addr} failed: {err}"),
-                Err(_) => tracing::debug!("metrics: TLS handshake with {addr} timed out"),
+                Ok(Err(err)) => tracing::debug!("TLS handshake with {addr} failed: {err}"),
+                Err(_) => tracing::debug!("TLS handshake with {addr} timed out"),
             }
         }
     }

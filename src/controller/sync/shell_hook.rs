@@ -26,6 +26,10 @@ pub struct RunLabels {
 pub struct Outputs {
     pub patches: Vec<u8>,
     pub metrics: Vec<u8>,
+    /// `$VALIDATING_RESPONSE_PATH`, for an admission run.
+    pub admission: Vec<u8>,
+    /// `$CONVERSION_RESPONSE_PATH`, for a conversion run.
+    pub conversion: Vec<u8>,
 }
 
 /// A run that failed: why, and what it had written to its patch file by then (operations marked
@@ -116,7 +120,12 @@ impl Files {
         let read = |file: &Path| {
             std::fs::read(file).map_err(|err| Failure::from(format!("cannot read {}: {err}", file.display())))
         };
-        Ok(Outputs { patches: read(&self.patch)?, metrics: read(&self.metrics)? })
+        Ok(Outputs {
+            patches: read(&self.patch)?,
+            metrics: read(&self.metrics)?,
+            admission: read(&self.admission)?,
+            conversion: read(&self.conversion)?,
+        })
     }
 
     fn remove(&self) {

@@ -4,13 +4,15 @@
 //! runs its head to success: a run that fails stays at the head and is tried again after
 //! `rules::shell::context::retry_delay` (holding its queue) unless its binding may fail; runs of the
 //! same hook waiting right behind it are taken into it (`queue.rs`). Schedules (`schedule.rs`) add
-//! their runs at the tail of their binding's queue. A hook's `settings` rate-limit its runs.
+//! their runs at the tail of their binding's queue. A hook's `settings` rate-limit its runs. Admission
+//! and conversion webhooks are served before anything runs (`webhook.rs`), their runs outside the queues.
 
 mod kube;
 mod limiter;
 mod patch;
 mod queue;
 mod schedule;
+mod webhook;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -37,6 +39,8 @@ pub struct Hooks {
     pub tmp_dir: PathBuf,
     /// Checked before each write of a patch file: closed once a Lease held for them may have passed on.
     pub fence: Fence,
+    /// Where the webhooks are served and how they are registered.
+    pub webhooks: Box<crate::controller::settings::WebhookSettings>,
 }
 
 /// What the queues' workers share.
@@ -47,6 +51,9 @@ struct Shared {
     client: ::kube::Client,
     hub: Arc<Hub>,
     fence: Fence,
+    /// Set once this process runs the hooks (it holds the Lease, or none is asked for): only then are
+    /// there snapshots for a webhook's run.
+    running: std::sync::atomic::AtomicBool,
     /// Told whenever a hook's schedules are turned on.
     schedules_on: tokio::sync::Notify,
     metrics: Arc<crate::controller::serve::metrics::Metrics>,
@@ -64,10 +71,17 @@ struct Hook {
     schedules_on: std::sync::atomic::AtomicBool,
 }
 
+/// Hooks whose webhooks are served, ready to run once this process may (holding the Lease, if one is
+/// asked for).
+pub struct Ready {
+    shared: Arc<Shared>,
+    webhooks: Box<crate::controller::settings::WebhookSettings>,
+}
+
 impl Hooks {
-    /// Runs the hooks until `stop`; then lets the runs in flight finish (the caller bounds how long).
-    pub async fn run(self, conn: &Connection, serving: &Serving, mut stop: watch::Receiver<bool>) -> Result<()> {
-        let Hooks { hooks, tmp_dir, fence } = self;
+    /// Starts the webhook servers the hooks need, which answer reviews until `stop`, on a standby too.
+    pub async fn serve(self, conn: &Connection, serving: &Serving, stop: watch::Receiver<bool>) -> Result<Ready> {
+        let Hooks { hooks, tmp_dir, fence, webhooks } = self;
         let mut names: BTreeSet<String> = BTreeSet::from(["main".to_owned()]);
         for hook in &hooks {
             names.extend(hook.config.schedules.iter().map(|s| s.queue.clone()));
@@ -90,15 +104,27 @@ impl Hooks {
             client: conn.client.clone(),
             hub,
             fence,
+            running: Default::default(),
             schedules_on: tokio::sync::Notify::new(),
             metrics: serving.metrics.clone(),
             kinds: Default::default(),
             monitors: Default::default(),
         });
-        shared.queue_start_up();
+        webhook::serve(&shared, &webhooks, stop).await?;
+        Ok(Ready { shared, webhooks })
+    }
+}
 
+impl Ready {
+    /// Registers the webhooks, then runs the hooks until `stop`; then lets the runs in flight finish
+    /// (the caller bounds how long).
+    pub async fn run(self, mut stop: watch::Receiver<bool>) -> Result<()> {
+        let Ready { shared, webhooks } = self;
+        shared.running.store(true, std::sync::atomic::Ordering::Relaxed);
+        webhook::register(&shared, &webhooks).await?;
         let (stop_workers, workers_stop) = watch::channel(false);
         let mut tasks = tokio::task::JoinSet::new();
+        shared.queue_start_up();
         for queue in shared.queues.values() {
             tasks.spawn(queue::work(shared.clone(), queue.clone(), workers_stop.clone()));
         }

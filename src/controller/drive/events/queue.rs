@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
 use super::Shared;
-use crate::controller::rules::shell::context::{self, Pending};
-use crate::controller::rules::shell::{metrics, patch};
+use crate::controller::rules::shell::context::{self, Pending, What};
+use crate::controller::rules::shell::{metrics, patch, webhook};
 use crate::controller::sync::shell_hook::{self, RunLabels};
 
 pub enum Task {
@@ -209,7 +209,7 @@ pub async fn work(shared: Arc<Shared>, queue: Arc<Queue>, mut stop: watch::Recei
             }
             Task::Run { hook, event, allow_failure, contexts, unlock } => {
                 let started = std::time::Instant::now();
-                let result = run(&shared, &queue.name, hook, event, &contexts, &unlock).await;
+                let result = run(&shared, &queue.name, hook, event, &contexts, &unlock).await.map(drop);
                 let outcome = if result.is_ok() { "success" } else { "error" };
                 shared.metrics.reconciled(&shared.hooks[hook].loaded.name, outcome, started.elapsed());
                 match result {
@@ -248,16 +248,17 @@ pub async fn work(shared: Arc<Shared>, queue: Arc<Queue>, mut stop: watch::Recei
     }
 }
 
-/// One run of `hook`, waiting for its rate limit first.
-async fn run(
+/// One run of `hook` (its rate limit waited for by the caller): the hook run with `contexts`, then its
+/// patch file and metrics applied. Gives what it wrote to its response files.
+pub(super) async fn run(
     shared: &Shared,
     queue: &str,
     index: usize,
     event: &'static str,
     contexts: &[Pending],
     unlock: &[(usize, usize)],
-) -> Result<(), String> {
-    let Some(first) = contexts.first() else { return Ok(()) };
+) -> Result<shell_hook::Outputs, String> {
+    let Some(first) = contexts.first() else { return Ok(Default::default()) };
     let hook = &shared.hooks[index];
     for &(h, b) in unlock {
         if let Some(monitor) = shared.monitor(h, b) {
@@ -295,6 +296,12 @@ async fn run(
     for dropped in &metrics.dropped {
         tracing::warn!(hook = labels.hook.as_str(), "$METRICS_PATH: {dropped}");
     }
+    // A webhook's response file is checked here too, so that a bad one fails the run before its patches go.
+    match &first.what {
+        What::Admission { .. } => drop(webhook::admission_answer(&outputs.admission)?),
+        What::Conversion { .. } => drop(webhook::conversion_answer(&outputs.conversion)?),
+        _ => {}
+    }
     let operations = patch::parse(&outputs.patches).map_err(|err| format!("$KUBERNETES_PATCH_PATH: {err}"))?;
     if !operations.is_empty() {
         super::patch::apply(shared, operations).await?;
@@ -314,7 +321,7 @@ async fn run(
         labels.event,
         labels.binding
     );
-    Ok(())
+    Ok(outputs)
 }
 
 /// After a failed run, the status patches the hook marked `ignoreHookError` (as shell-operator documents

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
 use super::cron::Crontab;
 use super::jq::Jq;
@@ -22,11 +22,38 @@ pub struct HookConfig {
     pub on_startup: Option<f64>,
     pub schedules: Vec<Schedule>,
     pub kubernetes: Vec<Kubernetes>,
-    /// `kubernetesValidating`, `kubernetesMutating` and `kubernetesCustomResourceConversion`, which
-    /// samplectl does not serve yet: their names, to refuse the hook with.
-    pub webhooks: Vec<String>,
+    /// `kubernetesValidating`, then `kubernetesMutating`.
+    pub admission: Vec<Admission>,
+    /// `kubernetesCustomResourceConversion`.
+    pub conversion: Vec<Conversion>,
     /// `settings`: a token bucket in front of every run.
     pub settings: Option<Settings>,
+}
+
+/// A `kubernetesValidating` or `kubernetesMutating` binding: an entry of the hooks'
+/// Validating/MutatingWebhookConfiguration, called at `/hooks/<id>`.
+#[derive(Debug)]
+pub struct Admission {
+    pub name: String,
+    pub mutating: bool,
+    /// The name as a URL path segment (shell-operator's `SafeURLString`).
+    pub id: String,
+    /// The configuration's entry as the binding declares it, with shell-operator's defaults; the
+    /// client configuration is added when it is registered.
+    pub entry: Value,
+    pub group: Option<String>,
+    pub include_snapshots: Vec<String>,
+}
+
+/// A `kubernetesCustomResourceConversion` binding: the conversions it makes for one CRD.
+#[derive(Debug)]
+pub struct Conversion {
+    pub name: String,
+    pub crd_name: String,
+    /// `(fromVersion, toVersion)`, each `group/version` or a bare version.
+    pub rules: Vec<(String, String)>,
+    pub group: Option<String>,
+    pub include_snapshots: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,17 +172,42 @@ struct RawV1 {
     #[serde(default)]
     kubernetes: Vec<RawKubernetes>,
     #[serde(default)]
-    kubernetes_validating: Vec<Named>,
+    kubernetes_validating: Vec<Value>,
     #[serde(default)]
-    kubernetes_mutating: Vec<Named>,
+    kubernetes_mutating: Vec<Value>,
     #[serde(default)]
-    kubernetes_custom_resource_conversion: Vec<Named>,
+    kubernetes_custom_resource_conversion: Vec<RawConversion>,
     settings: Option<RawSettings>,
 }
 
 #[derive(Deserialize)]
-struct Named {
+#[serde(rename_all = "camelCase")]
+struct RawAdmission {
     name: String,
+    group: Option<String>,
+    #[serde(default)]
+    include_snapshots_from: Vec<String>,
+    timeout_seconds: Option<i64>,
+    label_selector: Option<LabelSelector>,
+    namespace: Option<RawNamespace>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawConversion {
+    name: String,
+    group: Option<String>,
+    #[serde(default)]
+    include_snapshots_from: Vec<String>,
+    crd_name: String,
+    conversions: Vec<RawRule>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawRule {
+    from_version: String,
+    to_version: String,
 }
 
 #[derive(Deserialize)]
@@ -265,17 +317,40 @@ fn v1(raw: RawV1) -> Result<HookConfig, String> {
             include_snapshots: s.include_snapshots_from,
         });
     }
-    let webhooks = raw
-        .kubernetes_validating
-        .iter()
-        .map(|w| format!("kubernetesValidating {:?}", w.name))
-        .chain(raw.kubernetes_mutating.iter().map(|w| format!("kubernetesMutating {:?}", w.name)))
-        .chain(
-            raw.kubernetes_custom_resource_conversion
-                .iter()
-                .map(|w| format!("kubernetesCustomResourceConversion {:?}", w.name)),
-        )
-        .collect();
+    let mut admission = Vec::new();
+    for (mutating, list, what) in [
+        (false, raw.kubernetes_validating, "kubernetesValidating"),
+        (true, raw.kubernetes_mutating, "kubernetesMutating"),
+    ] {
+        let mut entries = Vec::new();
+        for (i, value) in list.into_iter().enumerate() {
+            let parsed = admission_v1(value, mutating, &kubernetes)
+                .map_err(|err| format!("invalid {what} config [{i}]: {err}"))?;
+            entries.push(parsed);
+        }
+        // As the API server checks a ValidatingWebhookConfiguration (shell-operator checks these before
+        // it starts; the API server refuses a bad mutating one when it is registered).
+        if !mutating {
+            let problems = validating_problems(&entries);
+            if !problems.is_empty() {
+                return Err(schema::joined(&problems));
+            }
+        }
+        admission.extend(entries);
+    }
+    let mut conversion = Vec::new();
+    for (i, raw) in raw.kubernetes_custom_resource_conversion.into_iter().enumerate() {
+        check_snapshots(&kubernetes, &raw.include_snapshots_from).map_err(|err| {
+            format!("invalid kubernetesCustomResourceConversion config [{i}]: includeSnapshotsFrom is invalid: {err}")
+        })?;
+        conversion.push(Conversion {
+            name: raw.name,
+            crd_name: raw.crd_name,
+            rules: raw.conversions.into_iter().map(|r| (r.from_version, r.to_version)).collect(),
+            group: raw.group.filter(|g| !g.is_empty()),
+            include_snapshots: raw.include_snapshots_from,
+        });
+    }
     // Every binding of a group also reads the snapshots of the group's kubernetes bindings.
     let groups: Vec<(String, String)> =
         kubernetes.iter().filter_map(|k| k.group.clone().map(|g| (g, k.name.clone()))).collect();
@@ -288,7 +363,136 @@ fn v1(raw: RawV1) -> Result<HookConfig, String> {
     for schedule in &mut schedules {
         merge(&mut schedule.include_snapshots, in_group(&schedule.group));
     }
-    Ok(HookConfig { version: ConfigVersion::V1, on_startup: raw.on_startup, schedules, kubernetes, webhooks, settings })
+    for binding in &mut admission {
+        merge(&mut binding.include_snapshots, in_group(&binding.group));
+    }
+    for binding in &mut conversion {
+        merge(&mut binding.include_snapshots, in_group(&binding.group));
+    }
+    Ok(HookConfig {
+        version: ConfigVersion::V1,
+        on_startup: raw.on_startup,
+        schedules,
+        kubernetes,
+        admission,
+        conversion,
+        settings,
+    })
+}
+
+/// One admission binding: its selectors and snapshots checked, its configuration entry made with
+/// shell-operator's defaults (`failurePolicy: Fail`, `sideEffects: None`, `timeoutSeconds: 10`).
+fn admission_v1(value: Value, mutating: bool, kubernetes: &[Kubernetes]) -> Result<Admission, String> {
+    let raw: RawAdmission =
+        serde_json::from_value(value.clone()).map_err(|err| format!("unmarshal HookConfig v1: {err}"))?;
+    let mut problems = Vec::new();
+    if let Err(err) = check_snapshots(kubernetes, &raw.include_snapshots_from) {
+        problems.push(format!("includeSnapshotsFrom is invalid: {err}"));
+    }
+    if let Some(Err(err)) = raw.label_selector.as_ref().map(LabelSelector::check) {
+        problems.push(format!("labelSelector is invalid: {err}"));
+    }
+    if let Some(Err(err)) = raw.namespace.as_ref().and_then(|n| n.label_selector.as_ref()).map(LabelSelector::check) {
+        problems.push(format!("namespace.labelSelector is invalid: {err}"));
+    }
+    if !problems.is_empty() {
+        return Err(schema::joined(&problems));
+    }
+    let mut entry = Map::new();
+    entry.insert("name".into(), json!(raw.name));
+    for key in ["rules", "matchConditions"] {
+        if let Some(v) = value.get(key) {
+            entry.insert(key.into(), v.clone());
+        }
+    }
+    if let Some(selector) = value.get("labelSelector") {
+        entry.insert("objectSelector".into(), selector.clone());
+    }
+    if let Some(selector) = value.pointer("/namespace/labelSelector") {
+        entry.insert("namespaceSelector".into(), selector.clone());
+    }
+    entry.insert("failurePolicy".into(), value.get("failurePolicy").cloned().unwrap_or(json!("Fail")));
+    entry.insert("sideEffects".into(), value.get("sideEffects").cloned().unwrap_or(json!("None")));
+    entry.insert("timeoutSeconds".into(), json!(raw.timeout_seconds.unwrap_or(10)));
+    Ok(Admission {
+        id: safe_url(&raw.name),
+        name: raw.name,
+        mutating,
+        entry: Value::Object(entry),
+        group: raw.group.filter(|g| !g.is_empty()),
+        include_snapshots: raw.include_snapshots_from,
+    })
+}
+
+/// What the API server would refuse in a hook's validating webhooks, in its words: a name that is not a
+/// fully qualified domain, a timeout outside 1 to 30 s, a name given twice.
+fn validating_problems(entries: &[Admission]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let name = &entry.name;
+        let path = format!("webhooks[{i}].name");
+        if name.is_empty() {
+            problems.push(format!("{path}: Required value"));
+        } else if let Err(err) = dns_subdomain(name) {
+            problems.push(format!("{path}: Invalid value: {name:?}: {err}"));
+        } else if name.split('.').count() < 3 {
+            problems.push(format!(
+                "{path}: Invalid value: {name:?}: should be a domain with at least three segments separated by dots"
+            ));
+        }
+        if let Some(timeout) = entry.entry.get("timeoutSeconds").and_then(Value::as_i64)
+            && !(1..=30).contains(&timeout)
+        {
+            problems.push(format!(
+                "webhooks[{i}].timeoutSeconds: Invalid value: {timeout}: the timeout value must be between 1 and 30 seconds"
+            ));
+        }
+        if !name.is_empty() && !seen.insert(name.clone()) {
+            problems.push(format!("{path}: Duplicate value: {name:?}"));
+        }
+    }
+    problems
+}
+
+/// apimachinery's `IsDNS1123Subdomain`, with its messages.
+fn dns_subdomain(name: &str) -> Result<(), String> {
+    if name.len() > 253 {
+        return Err("must be no more than 253 characters".into());
+    }
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if name.split('.').all(label_ok) {
+        return Ok(());
+    }
+    Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must \
+         start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is \
+         '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+        .into())
+}
+
+/// shell-operator's `SafeURLString`: a dash before each capital, lower case, any other character outside
+/// `[a-z0-9-/]` a dash, runs of dashes one.
+pub fn safe_url(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    let mut push = |c: char| {
+        if !(c == '-' && out.ends_with('-')) {
+            out.push(c);
+        }
+    };
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            push('-');
+        }
+        // Go lower-cases every letter; what is then outside [a-z0-9-/] becomes a dash.
+        let c = c.to_lowercase().next().unwrap_or(c);
+        push(if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '/' { c } else { '-' });
+    }
+    out
 }
 
 fn merge(into: &mut Vec<String>, extra: Vec<String>) {
@@ -527,7 +731,8 @@ fn v0(value: Value) -> Result<HookConfig, String> {
         on_startup: raw.on_startup,
         schedules,
         kubernetes,
-        webhooks: Vec::new(),
+        admission: Vec::new(),
+        conversion: Vec::new(),
         settings: None,
     })
 }
@@ -587,6 +792,83 @@ settings: {executionMinInterval: 5s, executionBurst: 2}
         assert_eq!(ns.fields.as_deref(), Some("status.phase!=Active"));
         assert!(matches!(&ns.namespaces, Namespaces::Named(n) if n == &["default"]));
         assert_eq!(config.settings, Some(Settings { min_interval: Duration::from_secs(5), burst: 2 }));
+    }
+
+    #[test]
+    fn webhook_bindings_get_shell_operators_defaults_and_their_groups_snapshots() {
+        let config = parse(
+            br#"
+configVersion: v1
+kubernetes:
+- {name: pods, kind: Pod, group: g}
+kubernetesValidating:
+- name: check.pods.example.com
+  group: g
+  labelSelector: {matchLabels: {a: b}}
+  namespace: {labelSelector: {matchLabels: {c: d}}}
+  rules: [{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+kubernetesMutating:
+- {name: fix.pods.example.com, failurePolicy: Ignore, sideEffects: NoneOnDryRun, timeoutSeconds: 3}
+kubernetesCustomResourceConversion:
+- name: up
+  crdName: crontabs.stable.example.com
+  includeSnapshotsFrom: [pods]
+  conversions: [{fromVersion: stable.example.com/v1alpha1, toVersion: v1alpha2}]
+"#,
+        )
+        .unwrap();
+        let [validating, mutating] = &config.admission[..] else { panic!("{:?}", config.admission) };
+        assert_eq!((validating.mutating, mutating.mutating), (false, true));
+        assert_eq!(validating.id, "check-pods-example-com");
+        assert_eq!(validating.include_snapshots, ["pods"]);
+        assert_eq!(
+            validating.entry,
+            json!({
+                "name": "check.pods.example.com",
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+                "objectSelector": {"matchLabels": {"a": "b"}},
+                "namespaceSelector": {"matchLabels": {"c": "d"}},
+                "failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": 10,
+            })
+        );
+        assert_eq!(mutating.entry["failurePolicy"], "Ignore");
+        assert_eq!(mutating.entry["sideEffects"], "NoneOnDryRun");
+        assert_eq!(mutating.entry["timeoutSeconds"], 3);
+        let conversion = &config.conversion[0];
+        assert_eq!(conversion.crd_name, "crontabs.stable.example.com");
+        assert_eq!(conversion.rules, [("stable.example.com/v1alpha1".to_owned(), "v1alpha2".to_owned())]);
+        assert_eq!(conversion.include_snapshots, ["pods"]);
+    }
+
+    #[test]
+    fn webhook_bindings_are_checked_as_the_api_server_and_shell_operator_check_them() {
+        let err = refused(
+            "configVersion: v1\nkubernetesValidating:\n- {name: Bad_Name.example.com}\n- {name: a.b.c, timeoutSeconds: 0}\n- {name: a.b.c}",
+        );
+        assert!(err.starts_with("3 errors occurred:"), "{err}");
+        assert!(
+            err.contains("webhooks[0].name: Invalid value: \"Bad_Name.example.com\": a lowercase RFC 1123 subdomain"),
+            "{err}"
+        );
+        assert!(
+            err.contains(
+                "webhooks[1].timeoutSeconds: Invalid value: 0: the timeout value must be between 1 and 30 seconds"
+            ),
+            "{err}"
+        );
+        assert!(err.contains("webhooks[2].name: Duplicate value: \"a.b.c\""), "{err}");
+        let err = refused("configVersion: v1\nkubernetesMutating:\n- {name: m, includeSnapshotsFrom: [nope]}");
+        assert!(err.starts_with("invalid kubernetesMutating config [0]: 1 error occurred:"), "{err}");
+        assert!(err.contains("includeSnapshotsFrom is invalid: 'nope' binding name not found"), "{err}");
+        let err = refused(
+            "configVersion: v1\nkubernetesCustomResourceConversion:\n- {name: c, crdName: x, includeSnapshotsFrom: [nope], conversions: [{fromVersion: v1, toVersion: v2}]}",
+        );
+        assert!(
+            err.starts_with("invalid kubernetesCustomResourceConversion config [0]: includeSnapshotsFrom"),
+            "{err}"
+        );
+        assert_eq!(safe_url("private-repo-policy.example.com"), "private-repo-policy-example-com");
+        assert_eq!(safe_url("fooBar__baz.Qux"), "foo-bar-baz-qux");
     }
 
     #[test]

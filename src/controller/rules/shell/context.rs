@@ -34,6 +34,18 @@ pub enum What {
         filter_result: Option<Value>,
         key: ObjectKey,
     },
+    /// An admission review (`request` is the API server's `AdmissionRequest`, as sent).
+    Admission {
+        mutating: bool,
+        request: Value,
+    },
+    /// One step of a conversion: `from` and `to` as the binding declares them; `request` is the
+    /// `ConversionRequest`, its objects as the previous step left them.
+    Conversion {
+        from: String,
+        to: String,
+        request: Value,
+    },
 }
 
 /// Where an object is, for v0's contexts and for sorting snapshots.
@@ -95,8 +107,9 @@ impl Pending {
             }
             return Value::Object(context);
         }
+        // A webhook's context keeps its own type in a group, as shell-operator's does.
         if let Some(group) = &self.group
-            && !matches!(self.what, What::OnStartup)
+            && !matches!(self.what, What::OnStartup | What::Admission { .. } | What::Conversion { .. })
         {
             context.insert("type".into(), json!("Group"));
             context.insert("groupName".into(), json!(group));
@@ -125,6 +138,16 @@ impl Pending {
                 if let Some(result) = filter_result {
                     context.insert("filterResult".into(), result.clone());
                 }
+            }
+            What::Admission { mutating, request } => {
+                context.insert("type".into(), json!(if *mutating { "Mutating" } else { "Validating" }));
+                context.insert("review".into(), json!({ "request": request }));
+            }
+            What::Conversion { from, to, request } => {
+                context.insert("type".into(), json!("Conversion"));
+                context.insert("fromVersion".into(), json!(from));
+                context.insert("toVersion".into(), json!(to));
+                context.insert("review".into(), json!({ "request": request }));
             }
         }
         if !self.snapshots.is_empty() {
@@ -214,6 +237,24 @@ mod tests {
 
     fn pending(binding: &str, what: What, group: Option<&str>) -> Pending {
         Pending { binding: binding.into(), what, group: group.map(Into::into), snapshots: vec![], v0: false }
+    }
+
+    #[test]
+    fn webhook_contexts_keep_their_type_in_a_group_and_carry_snapshots() {
+        let request = json!({"uid": "u", "operation": "CREATE"});
+        let mut admission = pending("check", What::Admission { mutating: true, request: request.clone() }, Some("g"));
+        admission.snapshots = vec!["pods".into()];
+        let mut snapshot = |_: &str| Vec::new();
+        assert_eq!(
+            admission.render(&mut snapshot),
+            json!({"binding": "check", "type": "Mutating", "review": {"request": request}, "snapshots": {"pods": []}})
+        );
+        let what = What::Conversion { from: "v1".into(), to: "g/v2".into(), request: json!({"objects": []}) };
+        assert_eq!(
+            pending("up", what, None).render(&mut snapshot),
+            json!({"binding": "up", "type": "Conversion", "fromVersion": "v1", "toVersion": "g/v2",
+                   "review": {"request": {"objects": []}}})
+        );
     }
 
     fn key(name: &str) -> ObjectKey {
