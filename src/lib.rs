@@ -5,6 +5,7 @@
 //! (the only writer), `output` (printing), `cluster` (reading from the API server), and the leaves
 //! `error`, `duration`, `logging` and `signal`. ARCHITECTURE.md is the map.
 
+pub mod certificates;
 pub mod cli;
 pub mod cluster;
 pub mod commands;

@@ -70,6 +70,9 @@ struct State<'a> {
     running: HashMap<Key, Running>,
     /// Objects that could not be run, with their version, to try again.
     failed: HashMap<Key, (Version, DynamicObject)>,
+    /// Why each of them could not, as last logged with its version: a retry that fails the same way is
+    /// not logged again (every 30 s for ever, otherwise).
+    said: HashMap<Key, (Version, String)>,
     /// Objects being made into definitions, each in a task of its own (an RGD may wait half a minute
     /// for its CRD), so that one slow or broken object never holds up the others: the version asked
     /// for, and the tasks.
@@ -163,9 +166,11 @@ impl State<'_> {
         match result {
             Ok(None) => {
                 self.failed.remove(&key);
+                self.said.remove(&key);
             }
             Ok(Some(definitions)) => {
                 self.failed.remove(&key);
+                self.said.remove(&key);
                 let (stop, stopped) = watch::channel(false);
                 let reconciling = Reconciling::new(
                     self.conn,
@@ -182,7 +187,17 @@ impl State<'_> {
                 self.running.insert(key, Running { version, stop, task, contexts });
             }
             Err(err) => {
-                tracing::warn!(controller = key.1, "{err:#}; trying again in {}s or when it changes", RETRY.as_secs());
+                let text = format!("{err:#}");
+                let said = (version.clone(), text.clone());
+                match self.said.get(&key) == Some(&said) {
+                    true => tracing::debug!(controller = key.1, "{text}; still"),
+                    false => tracing::warn!(
+                        controller = key.1,
+                        "{text}; trying again in {}s or when it changes",
+                        RETRY.as_secs()
+                    ),
+                }
+                self.said.insert(key.clone(), said);
                 self.failed.insert(key, (version, object));
             }
         }
@@ -357,6 +372,7 @@ impl Fleet {
             hub,
             running: HashMap::new(),
             failed: HashMap::new(),
+            said: HashMap::new(),
             defining: HashMap::new(),
             defined: JoinSet::new(),
             apis: followed,
@@ -436,6 +452,7 @@ impl Fleet {
                             .cloned()
                             .collect();
                         for key in gone {
+                            state.said.remove(&key);
                             state.stop(&key).await;
                         }
                         // /readyz: every kind served at the start listed, and (counted as each starts) every
@@ -446,7 +463,9 @@ impl Fleet {
                     }
                     Ok(watcher::Event::Apply(object)) => state.upsert(kind, object).await,
                     Ok(watcher::Event::Delete(object)) => {
-                        state.stop(&(kind, object.metadata.name.clone().unwrap_or_default())).await;
+                        let key = (kind, object.metadata.name.clone().unwrap_or_default());
+                        state.said.remove(&key);
+                        state.stop(&key).await;
                     }
                     Err(err) => {
                         if !std::mem::replace(&mut cut, true) {

@@ -570,6 +570,41 @@ fn controllers_stored_in_the_cluster_are_followed() {
     }
 }
 
+/// A second CompositeController for a parent type another already reconciles is refused (as
+/// metacontroller's webhook-auth example applies one on purpose), and said once: its retries every 30 s
+/// fail the same way and are not said again.
+#[test]
+fn a_refused_controller_object_is_said_once_not_at_every_retry() {
+    let _cluster = crate::support::shared();
+    crds();
+    samplectl(&["install-crd", "--metacontroller"]).success();
+    let ns = Namespace::new("cc-refused");
+    let hook = HookServer::start();
+    let label = format!("samplectl-test={}", ns.0);
+    let names = [format!("{}-first", ns.0), format!("{}-second", ns.0)];
+    for name in &names {
+        let mut cc = controller(name, "keepers", &hook.url, "v1", json!({}));
+        cc["metadata"]["labels"] = json!({"samplectl-test": ns.0});
+        apply("default", &cc);
+    }
+    let started = std::time::Instant::now();
+    let run =
+        Background::start(&["reconcile", "--from-cluster", "--target-label-selector", &label, "-n", &ns.0, "--watch"]);
+    let refusal = "each parent type may have one CompositeController";
+    eventually(SOON, "one of the two refused", || {
+        let said = run.stderr();
+        if said.contains(refusal) { Ok(()) } else { Err(said) }
+    });
+    // Past the first retry (30 s after the start).
+    std::thread::sleep(Duration::from_secs(36).saturating_sub(started.elapsed()));
+    let said = run.stderr();
+    assert_eq!(said.matches(refusal).count(), 1, "{said}");
+    drop(run);
+    for name in &names {
+        kubectl(&["delete", "compositecontroller", name, "--ignore-not-found"]).success();
+    }
+}
+
 /// examples/myapp, as written (only the hook's port changed): a MyApp gets its Deployment and Service,
 /// reports the Deployment's available replicas in a Ready condition, gets a HorizontalPodAutoscaler
 /// while autoscaling is on (and loses it when it is off), and its Service follows `serviceType`.
@@ -666,10 +701,6 @@ fn endpoint_configs_bring_a_ca_and_a_token_from_the_cluster() {
     let ns = Namespace::new("cc-tls");
     let dir = tempfile::tempdir().unwrap();
     let at = |f: &str| dir.path().join(f).display().to_string();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl").args(args).output().unwrap();
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
     openssl(&[
         "req",
         "-x509",
@@ -747,6 +778,158 @@ fn endpoint_configs_bring_a_ca_and_a_token_from_the_cluster() {
     assert!(run.stderr.contains("answered HTTP 401"), "{run:#?}");
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// openssl with `args`, which must succeed.
+fn openssl(args: &[&str]) {
+    let out = std::process::Command::new("openssl").args(args).output().unwrap();
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The TLS material users make for metacontroller's hooks, taken wherever Go takes it, while the hook's
+/// server is still verified: client certificates of X.509 v1 (openssl's `x509 -req` without an
+/// extension file, as metacontroller's webhook-auth example makes them) and v3 with and without
+/// extensions; EC and RSA keys in PKCS#8, SEC1 and PKCS#1 files; CA bundles of several certificates.
+/// A server certificate with only a Common Name is refused in Go's words, and a key that is not the
+/// certificate's names the Secret and its keys.
+#[test]
+fn endpoint_configs_take_the_tls_material_users_make() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-mtls");
+    let dir = tempfile::tempdir().unwrap();
+    let at = |f: &str| dir.path().join(f).display().to_string();
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    let x509 = |csr: &str, out: &str, ext: Option<&str>| {
+        let mut args =
+            vec!["x509", "-req", "-in", csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1"];
+        args.extend(ext.map(|e| ["-extfile", e]).into_iter().flatten());
+        args.extend(["-out", out]);
+        let out = std::process::Command::new("openssl").args(&args).current_dir(dir.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let req = |key_args: &[&str], cn: &str, key: &str, csr: &str| {
+        let mut args = vec!["req"];
+        args.extend_from_slice(key_args);
+        args.extend(["-subj", cn, "-keyout", key, "-out", csr]);
+        let out = std::process::Command::new("openssl").args(&args).current_dir(dir.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    // The CA and the server's certificate, as webhook-auth makes them.
+    let (ca_key, ca_crt) = (at("ca.key"), at("ca.crt"));
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend(["-days", "1", "-subj", "/CN=test-ca", "-keyout", &ca_key, "-out", &ca_crt]);
+    openssl(&ca);
+    req(&ec, "/CN=127.0.0.1", "server.key", "server.csr");
+    std::fs::write(at("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    x509("server.csr", "server.crt", Some("san.ext"));
+    // A server certificate with only a Common Name (v3, no subjectAltName).
+    req(&ec, "/CN=127.0.0.1", "cn.key", "cn.csr");
+    std::fs::write(at("cn.ext"), "basicConstraints=CA:FALSE\n").unwrap();
+    x509("cn.csr", "cn.crt", Some("cn.ext"));
+    // Client certificates: v1 with an EC key (PKCS#8, and the same key as SEC1); v3 with extensions and an
+    // RSA key (PKCS#1); v3 without extensions, from a second CA.
+    req(&ec, "/CN=metacontroller", "v1.key", "v1.csr");
+    x509("v1.csr", "v1.crt", None);
+    openssl(&["ec", "-in", &at("v1.key"), "-out", &at("v1-sec1.key")]);
+    req(&["-newkey", "rsa:2048", "-nodes"], "/CN=metacontroller", "rsa.key", "rsa.csr");
+    std::fs::write(at("client.ext"), "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature\n").unwrap();
+    x509("rsa.csr", "rsa.crt", Some("client.ext"));
+    openssl(&["rsa", "-in", &at("rsa.key"), "-traditional", "-out", &at("rsa-pkcs1.key")]);
+    let mut other_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    other_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    other_params.distinguished_name.push(rcgen::DnType::CommonName, "other-ca");
+    let other = rcgen::CertifiedIssuer::self_signed(other_params, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let bare_key = rcgen::KeyPair::generate().unwrap();
+    let bare = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap().signed_by(&bare_key, &other).unwrap();
+    std::fs::write(at("bare.crt"), bare.pem()).unwrap();
+    std::fs::write(at("bare.key"), bare_key.serialize_pem()).unwrap();
+    // Bundles of several CAs: the server's client CAs, and the caBundle samplectl trusts.
+    let both = format!("{}{}", other.pem(), std::fs::read_to_string(at("ca.crt")).unwrap());
+    std::fs::write(at("cas.crt"), &both).unwrap();
+
+    /// The hook's server, stopped however the test ends.
+    struct Server(std::process::Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let serve = |cert: &str, key: &str| {
+        let port = free_port();
+        let child = std::process::Command::new("python3")
+            .args(["tests/fixtures/tls-hook.py", &port.to_string(), &at(cert), &at(key), "s3cret", &at("cas.crt")])
+            .spawn()
+            .unwrap();
+        let server = Server(child);
+        eventually(SOON, "the HTTPS hook", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())
+        });
+        (port, server)
+    };
+    let (port, server) = serve("server.crt", "server.key");
+    kubectl(&["create", "configmap", "hook-cas", "-n", &ns.0, &format!("--from-file=ca.crt={}", at("cas.crt"))])
+        .success();
+    kubectl(&["create", "secret", "generic", "hook-token", "-n", &ns.0, "--from-literal=token=s3cret"]).success();
+    apply(&ns.0, &parent("Keeper", "k", json!({})));
+    let run_with = |port: u16, secret: Option<&str>| {
+        let mut entry = json!({"host": format!("127.0.0.1:{port}"),
+            "caBundle": {"configMapRef": {"name": "hook-cas", "namespace": ns.0}},
+            "authorization": {"secretRef": {"name": "hook-token", "namespace": ns.0, "key": "token"}}});
+        if let Some(secret) = secret {
+            entry["clientTLS"] = json!({"secretRef": {"name": secret, "namespace": ns.0}});
+        }
+        let url = format!("https://127.0.0.1:{port}/sync");
+        let spec = json!({"spec": {"endpointConfigs": [entry]}});
+        let file = format!("{}.yaml", secret.unwrap_or("none"));
+        let path = manifest(dir.path(), &file, &[controller("mtls", "keepers", &url, "v1", spec)]);
+        samplectl(&["reconcile", "-f", &path, "-n", &ns.0, "--once"])
+    };
+    for (secret, cert, key) in [
+        ("v1-pkcs8", "v1.crt", "v1.key"),
+        ("v1-sec1", "v1.crt", "v1-sec1.key"),
+        ("v3-rsa-pkcs1", "rsa.crt", "rsa-pkcs1.key"),
+        ("v3-bare", "bare.crt", "bare.key"),
+    ] {
+        let (crt, key) = (format!("--from-file=tls.crt={}", at(cert)), format!("--from-file=tls.key={}", at(key)));
+        kubectl(&["create", "secret", "generic", secret, "-n", &ns.0, &crt, &key]).success();
+        let run = run_with(port, Some(secret));
+        assert_eq!(run.code, 0, "{secret}: {run:#?}");
+    }
+    assert_eq!(configmap(&ns.0, "k").unwrap()["data"]["controller"], "mtls");
+    // Without a client certificate the server refuses the handshake.
+    let run = run_with(port, None);
+    assert_eq!(run.code, 1, "{run:#?}");
+    // A key that is not the certificate's: said with the Secret and its keys.
+    let (crt, key) =
+        (format!("--from-file=tls.crt={}", at("v1.crt")), format!("--from-file=tls.key={}", at("rsa.key")));
+    kubectl(&["create", "secret", "generic", "mismatched", "-n", &ns.0, &crt, &key]).success();
+    let run = run_with(port, Some("mismatched"));
+    assert_eq!(run.code, 1, "{run:#?}");
+    let said = format!(
+        "clientTLS: Secret {}/mismatched key \"tls.crt\" and key \"tls.key\": private key does not match public key",
+        ns.0
+    );
+    assert!(run.stderr.contains(&said), "{run:#?}");
+    // Running on, it is said once, not at every retry (the retries are there at debug level).
+    let manifest_file = at("mismatched.yaml");
+    let watching = Background::start(&["-v", "reconcile", "-f", &manifest_file, "-n", &ns.0, "--watch"]);
+    let lines = |level: &str| {
+        let log = watching.stderr();
+        log.lines().filter(|l| l.contains(level) && l.contains(&said)).count()
+    };
+    eventually(SOON, "three tries", || if lines(" DEBUG ") >= 2 { Ok(()) } else { Err(watching.stderr()) });
+    assert_eq!(lines(" WARN "), 1, "{}", watching.stderr());
+    drop(watching);
+    drop(server);
+
+    // A server certificate naming its host only in the Common Name: refused as Go refuses it.
+    let (port, _server) = serve("cn.crt", "cn.key");
+    let run = run_with(port, Some("v1-pkcs8"));
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(run.stderr.contains("x509: certificate relies on legacy Common Name field, use SANs instead"), "{run:#?}");
 }
 
 /// A parent whose finalize hook says it is done goes, even when the children that answer asks for cannot

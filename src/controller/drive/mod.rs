@@ -37,12 +37,17 @@ pub struct Concluded {
 
 /// The end of a reconcile of the parent with `uid`, as both drivers take it: `rules::next` decides what
 /// follows, the retry store learns it (the only place a reconcile's end is counted), and a failure is
-/// logged with when it is tried again.
+/// logged with when it is tried again (at warning level the first time, then only when it changes).
 pub fn conclude(ctx: &Context, uid: &str, result: &Result<Done, ReconcileError>) -> Concluded {
     let next = after(result.as_ref().map_err(|err| format!("{}: {}", err.action, err.message)));
     let delay = ctx.memory().learn(uid, next.retry);
     if let (Err(err), Some(delay)) = (result, delay) {
-        tracing::warn!("{err}; retrying in {}s", delay.as_secs());
+        // The same failure at every retry is said once (and again every ten minutes while it lasts).
+        let text = err.to_string();
+        match ctx.memory().worth_saying(uid, &text) {
+            true => tracing::warn!("{text}; retrying in {}s", delay.as_secs()),
+            false => tracing::debug!("{text}; retrying in {}s", delay.as_secs()),
+        }
     }
     let again = match next.again {
         Again::Resync(after) => after,

@@ -1,7 +1,8 @@
 //! What the engine remembers of each parent between reconciles, behind one handle: retry timing
 //! (`backoff`), the objects in its way (`conflicts`), the statuses it wrote (`written`), its customize
 //! answer and related objects (`related`), when its children were last looked for whatever their shard
-//! label (`swept`), and which parents this process handed over (`released`). The drivers reach it only
+//! label (`swept`), which parents this process handed over (`released`), and the failure last logged
+//! for each (`said`). The drivers reach it only
 //! through the methods here: what a reconcile's end teaches the retry store, whether a parent waits,
 //! which parents an object concerns, and forgetting a parent that is gone.
 
@@ -25,7 +26,13 @@ pub struct Memory {
     /// In a shard ring: the parents this process handed over, each with the resourceVersion its release
     /// left, so that a driver's copy from before the release is not written from (`handover`).
     pub(super) released: Mutex<HashMap<String, String>>,
+    /// The failure last logged for each parent, and when: the same failure again is not worth a warning
+    /// at every retry (a Secret that is wrong stays wrong until someone fixes it).
+    said: Mutex<HashMap<String, (String, Instant)>>,
 }
+
+/// A failure that keeps coming is said again after this long, so that it does not go quiet for ever.
+const SAY_AGAIN: Duration = Duration::from_secs(600);
 
 impl Memory {
     pub(super) fn new(related: Related) -> Self {
@@ -36,7 +43,22 @@ impl Memory {
             related,
             swept: Mutex::default(),
             released: Mutex::default(),
+            said: Mutex::default(),
         }
+    }
+
+    /// Whether the failure `text` of the parent with `uid` is worth a warning: not when it is the one
+    /// said last for it, less than [`SAY_AGAIN`] ago.
+    pub fn worth_saying(&self, uid: &str, text: &str) -> bool {
+        let mut said = self.said.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((last, at)) = said.get(uid)
+            && last == text
+            && at.elapsed() < SAY_AGAIN
+        {
+            return false;
+        }
+        said.insert(uid.to_owned(), (text.to_owned(), Instant::now()));
+        true
     }
 
     /// The retry store learns how a reconcile of the parent with `uid` ended; after a failure or a
@@ -45,6 +67,7 @@ impl Memory {
         match retry {
             Retry::Clear => {
                 self.retry.clear(uid);
+                self.said.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
                 None
             }
             Retry::Conflicted => Some(self.retry.conflicted(uid)),
@@ -60,6 +83,7 @@ impl Memory {
     /// After a full list: the retry timing of parents not in `present` is forgotten.
     pub fn retain(&self, present: &HashSet<String>) {
         self.retry.retain(present);
+        self.said.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid, _| present.contains(uid));
     }
 
     /// The parents whose children `key` is in the way of.
@@ -76,9 +100,31 @@ impl Memory {
     pub fn forget(&self, parent_uid: &str) {
         self.swept.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
         self.released.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
+        self.said.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
         self.written.forget(parent_uid);
         self.retry.clear(parent_uid);
         self.conflicts.forget(parent_uid);
         self.related.forget(parent_uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::rules::Version;
+
+    #[test]
+    fn the_same_failure_is_said_once_until_it_changes_or_the_parent_recovers() {
+        let memory = Memory::new(Related::new(Version::V1));
+        assert!(memory.worth_saying("a", "clientTLS: Secret n/s key \"tls.crt\": bad"));
+        assert!(!memory.worth_saying("a", "clientTLS: Secret n/s key \"tls.crt\": bad"));
+        // Another parent, or another failure, is said.
+        assert!(memory.worth_saying("b", "clientTLS: Secret n/s key \"tls.crt\": bad"));
+        assert!(memory.worth_saying("a", "hook answered HTTP 500"));
+        // After a success, the failure is news again.
+        memory.learn("a", Retry::Clear);
+        assert!(memory.worth_saying("a", "hook answered HTTP 500"));
+        memory.forget("a");
+        assert!(memory.worth_saying("a", "hook answered HTTP 500"));
     }
 }

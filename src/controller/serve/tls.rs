@@ -8,56 +8,47 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow};
 use rustls::ServerConfig;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
+
+use crate::certificates;
 
 /// A slow or broken client may not hold the listener up for longer than this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn server_config(cert_dir: Option<&Path>) -> Result<Arc<ServerConfig>> {
-    let (certs, key) = match cert_dir {
+    let key = match cert_dir {
         Some(dir) => read_pair(&dir.join("tls.crt"), &dir.join("tls.key"))?,
         None => {
             let names = vec!["localhost".to_owned(), "samplectl-metrics".to_owned()];
             let made = rcgen::generate_simple_self_signed(names).context("cannot make a certificate")?;
-            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()));
-            (vec![made.cert.der().clone()], key)
+            certificates::certified_key(made.cert.pem().as_bytes(), made.signing_key.serialize_pem().as_bytes())
+                .map_err(|err| anyhow!("cannot make a certificate: {err}"))?
         }
     };
-    build(certs, key, &[])
+    build(key, &[])
 }
 
-/// A server's configuration from its certificate chain and key (PKCS#1, PKCS#8 or SEC1, as Go reads
-/// them); with `client_cas`, a client must show a certificate one of them signed, as Go's
-/// `RequireAndVerifyClientCert`.
+/// A server's configuration from its certificate chain and key files, read as Go reads them (any X.509
+/// version; PKCS#1, PKCS#8 or SEC1 keys); with `client_cas`, a client must show a certificate one of
+/// them signed, as Go's `RequireAndVerifyClientCert`.
 pub fn from_files(cert: &Path, key: &Path, client_cas: &[PathBuf]) -> Result<Arc<ServerConfig>> {
-    let (certs, key) = read_pair(cert, key)?;
-    build(certs, key, client_cas)
+    build(read_pair(cert, key)?, client_cas)
 }
 
-fn read_pair(crt: &Path, key: &Path) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
-    let certs = CertificateDer::pem_file_iter(crt)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("cannot read the certificate {}", crt.display()))?;
-    if certs.is_empty() {
-        bail!("cannot read the certificate {}: no PEM certificate in it", crt.display());
-    }
-    let key =
-        PrivateKeyDer::from_pem_file(key).with_context(|| format!("cannot read the private key {}", key.display()))?;
-    Ok((certs, key))
+fn read_pair(crt: &Path, key: &Path) -> Result<Arc<CertifiedKey>> {
+    let cert_pem = std::fs::read(crt).with_context(|| format!("cannot read the certificate {}", crt.display()))?;
+    let key_pem = std::fs::read(key).with_context(|| format!("cannot read the private key {}", key.display()))?;
+    certificates::certified_key(&cert_pem, &key_pem)
+        .map_err(|err| anyhow!("the certificate {} and key {}: {err}", crt.display(), key.display()))
 }
 
-fn build(
-    certs: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-    client_cas: &[PathBuf],
-) -> Result<Arc<ServerConfig>> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+fn build(key: Arc<CertifiedKey>, client_cas: &[PathBuf]) -> Result<Arc<ServerConfig>> {
+    let provider = certificates::provider();
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .context("TLS protocol versions")?;
@@ -66,13 +57,10 @@ fn build(
         paths => {
             let mut roots = rustls::RootCertStore::empty();
             for path in paths {
-                let certs = CertificateDer::pem_file_iter(path)
-                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                    .with_context(|| format!("cannot read the client CA {}", path.display()))?;
-                let (added, _) = roots.add_parsable_certificates(certs);
-                if added == 0 {
-                    bail!("cannot read the client CA {}: no usable certificate in it", path.display());
-                }
+                let pem =
+                    std::fs::read(path).with_context(|| format!("cannot read the client CA {}", path.display()))?;
+                certificates::add_bundle(&mut roots, &pem)
+                    .map_err(|err| anyhow!("the client CA {}: {err}", path.display()))?;
             }
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
@@ -80,8 +68,7 @@ fn build(
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut config =
-        builder.with_single_cert(certs, key).context("the certificate and key do not make a TLS configuration")?;
+    let mut config = builder.with_cert_resolver(Arc::new(SingleCertAndKey::from(key)));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -136,6 +123,9 @@ mod tests {
         assert!(server_config(Some(dir.path())).is_ok());
 
         std::fs::write(dir.path().join("tls.key"), "not a key").unwrap();
+        let err = format!("{:#}", server_config(Some(dir.path())).unwrap_err());
+        assert!(err.ends_with("tls.key: failed to find any PEM data in key input"), "{err}");
+        std::fs::remove_file(dir.path().join("tls.key")).unwrap();
         let err = format!("{:#}", server_config(Some(dir.path())).unwrap_err());
         assert!(err.starts_with("cannot read the private key"), "{err}");
         let err = format!("{:#}", server_config(Some(&dir.path().join("missing"))).unwrap_err());

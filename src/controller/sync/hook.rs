@@ -113,11 +113,7 @@ impl Hook {
         let client = match &target {
             Address::Command(_) | Address::ServiceProxy { .. } => None,
             Address::Url(_) => {
-                let https = hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_native_roots()?
-                    .https_or_http()
-                    .enable_http1()
-                    .wrap_connector(super::security::tcp());
+                let https = super::security::plain_https().map_err(|err| anyhow::anyhow!("TLS: {err}"))?;
                 Some(Client::builder(TokioExecutor::new()).build(https))
             }
         };

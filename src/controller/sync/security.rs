@@ -13,8 +13,8 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::certificates;
 
 /// The HTTPS-or-HTTP connector every URL hook is called through.
 pub type Https = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
@@ -28,6 +28,37 @@ pub fn tcp() -> hyper_util::client::legacy::connect::HttpConnector {
     tcp
 }
 
+/// The system's CAs.
+fn system_roots() -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    roots
+}
+
+type ClientBuilder = rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>;
+
+/// A client trusting `roots`, its servers verified by webpki with Go's words for a missing
+/// subjectAltName (`certificates::server_verifier`).
+fn client_builder(roots: rustls::RootCertStore) -> Result<ClientBuilder, String> {
+    Ok(rustls::ClientConfig::builder_with_provider(certificates::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|err| err.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(certificates::server_verifier(roots)?))
+}
+
+/// The connector of a URL hook with no security settings: the system's CAs, no client certificate.
+pub fn plain_https() -> Result<Https, String> {
+    let config = client_builder(system_roots())?.with_no_client_auth();
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp()))
+}
+
 /// How long what was read from the cluster is used before it is read again.
 pub const REREAD: Duration = Duration::from_secs(30);
 
@@ -37,6 +68,17 @@ pub struct ValueRef {
     pub namespace: String,
     pub name: String,
     pub key: String,
+}
+
+impl ValueRef {
+    /// `Secret ns/name key "k"`, for messages.
+    fn secret(&self) -> String {
+        format!("Secret {}/{} key {:?}", self.namespace, self.name, self.key)
+    }
+
+    fn config_map(&self) -> String {
+        format!("ConfigMap {}/{} key {:?}", self.namespace, self.name, self.key)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,41 +136,26 @@ impl Secured {
     }
 
     async fn resolve(&self) -> Result<SecuredClient, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
-        }
+        let mut roots = system_roots();
         if let Some(ca) = &self.security.ca {
-            let pem = match ca {
-                CaSource::Inline(pem) => pem.clone().into_bytes(),
-                CaSource::Secret(at) => self.secret_value(at, "caBundle").await?,
-                CaSource::ConfigMap(at) => self.configmap_value(at).await?,
+            let (pem, from) = match ca {
+                CaSource::Inline(pem) => (pem.clone().into_bytes(), "caBundle".to_owned()),
+                CaSource::Secret(at) => {
+                    (self.secret_value(at, "caBundle").await?, format!("caBundle: {}", at.secret()))
+                }
+                CaSource::ConfigMap(at) => (self.configmap_value(at).await?, format!("caBundle: {}", at.config_map())),
             };
-            let certs: Vec<CertificateDer> = CertificateDer::pem_slice_iter(&pem)
-                .collect::<Result<_, _>>()
-                .map_err(|err| format!("caBundle: not PEM certificates: {err}"))?;
-            if certs.is_empty() {
-                return Err("caBundle: holds no PEM certificate".into());
-            }
-            for cert in certs {
-                roots.add(cert).map_err(|err| format!("caBundle: {err}"))?;
-            }
+            certificates::add_bundle(&mut roots, &pem).map_err(|err| format!("{from}: {err}"))?;
         }
-        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|err| err.to_string())?
-            .with_root_certificates(roots);
+        let builder = client_builder(roots)?;
         let config = match &self.security.client_tls {
             None => builder.with_no_client_auth(),
             Some((cert_at, key_at)) => {
                 let cert = self.secret_value(cert_at, "clientTLS").await?;
                 let key = self.secret_value(key_at, "clientTLS").await?;
-                let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert)
-                    .collect::<Result<_, _>>()
-                    .map_err(|err| format!("clientTLS: the certificate is not PEM: {err}"))?;
-                let key = PrivateKeyDer::from_pem_slice(&key)
-                    .map_err(|err| format!("clientTLS: the private key is not PEM: {err}"))?;
-                builder.with_client_auth_cert(chain, key).map_err(|err| format!("clientTLS: {err}"))?
+                let certified = certificates::certified_key(&cert, &key)
+                    .map_err(|err| format!("clientTLS: {} and key {:?}: {err}", cert_at.secret(), key_at.key))?;
+                builder.with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)))
             }
         };
         let https = hyper_rustls::HttpsConnectorBuilder::new()
