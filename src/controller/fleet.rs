@@ -213,14 +213,19 @@ impl State<'_> {
         if key.0 != COMPOSITE {
             return Ok(Some(definitions));
         }
-        let parent = &definitions[0].family.parent;
+        let (parent, selector) = (&definitions[0].family.parent, &definitions[0].selector);
+        // Side by side only when no parent can be taken by both (as metacontroller's webhook-auth
+        // example runs two, one for `auth: valid` parents and one for `auth: invalid`).
         let taken = self.running.iter().find(|((k, _), r)| {
-            *k == COMPOSITE && r.contexts.iter().any(|c| same_type(&c.definition.family.parent, parent))
+            *k == COMPOSITE
+                && r.contexts.iter().any(|c| {
+                    same_type(&c.definition.family.parent, parent) && !c.definition.selector.disjoint(selector)
+                })
         });
         if let Some(((_, other), _)) = taken {
             bail!(
-                "cannot run {} {:?}: CompositeController {other:?} already reconciles {}; each parent type may have \
-                 one CompositeController",
+                "cannot run {} {:?}: CompositeController {other:?} already reconciles {}; two CompositeControllers \
+                 of one parent type must have label selectors that no parent can satisfy both",
                 key.0,
                 key.1,
                 parent.qualified_plural()

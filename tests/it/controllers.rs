@@ -119,6 +119,32 @@ fn configmap(ns: &str, name: &str) -> Option<Value> {
     (!run.stdout.trim().is_empty()).then(|| serde_json::from_str(&run.stdout).unwrap())
 }
 
+/// Two CompositeControllers of one parent type run side by side when no parent can satisfy both label
+/// selectors (metacontroller's webhook-auth example runs one for `auth: valid` and one for `auth:
+/// invalid`): each reconciles its own parents and leaves the other's alone. Selectors that could both
+/// take a parent are refused (`bad_manifests_are_refused_with_their_place`).
+#[test]
+fn composite_controllers_of_one_parent_type_with_disjoint_selectors_run_side_by_side() {
+    let _cluster = crate::support::shared();
+    crds();
+    let ns = Namespace::new("cc-sides");
+    let hook = HookServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let side = |name: &str| {
+        let selector = json!({"spec": {"parentResource": {"labelSelector": {"matchLabels": {"side": name}}}}});
+        controller(name, "keepers", &hook.url, "v1", selector)
+    };
+    let file = manifest(dir.path(), "sides.yaml", &[side("left"), side("right")]);
+    for (name, label) in [("l", "left"), ("r", "right")] {
+        let mut keeper = parent("Keeper", name, json!({}));
+        keeper["metadata"]["labels"] = json!({"side": label});
+        apply(&ns.0, &keeper);
+    }
+    samplectl(&["reconcile", "-f", &file, "-n", &ns.0, "--once"]).success();
+    assert_eq!(configmap(&ns.0, "l").unwrap()["data"]["controller"], "left");
+    assert_eq!(configmap(&ns.0, "r").unwrap()["data"]["controller"], "right");
+}
+
 /// Two controllers from one manifest (beside a Deployment, which is skipped): a v1 hook and a v2 hook
 /// see their children keyed as metacontroller keys them, each ConfigMap says which controller made it,
 /// and each parent's status is the hook's with `observedGeneration`.
@@ -590,7 +616,7 @@ fn a_refused_controller_object_is_said_once_not_at_every_retry() {
     let started = std::time::Instant::now();
     let run =
         Background::start(&["reconcile", "--from-cluster", "--target-label-selector", &label, "-n", &ns.0, "--watch"]);
-    let refusal = "each parent type may have one CompositeController";
+    let refusal = "two CompositeControllers of one parent type must have label selectors";
     eventually(SOON, "one of the two refused", || {
         let said = run.stderr();
         if said.contains(refusal) { Ok(()) } else { Err(said) }
@@ -857,10 +883,11 @@ fn endpoint_configs_take_the_tls_material_users_make() {
             let _ = self.0.wait();
         }
     }
-    let serve = |cert: &str, key: &str| {
+    let serve = |cert: &str, key: &str, no_length: bool| {
         let port = free_port();
         let child = std::process::Command::new("python3")
             .args(["tests/fixtures/tls-hook.py", &port.to_string(), &at(cert), &at(key), "s3cret", &at("cas.crt")])
+            .env("NO_LENGTH", if no_length { "1" } else { "0" })
             .spawn()
             .unwrap();
         let server = Server(child);
@@ -869,7 +896,7 @@ fn endpoint_configs_take_the_tls_material_users_make() {
         });
         (port, server)
     };
-    let (port, server) = serve("server.crt", "server.key");
+    let (port, server) = serve("server.crt", "server.key", false);
     kubectl(&["create", "configmap", "hook-cas", "-n", &ns.0, &format!("--from-file=ca.crt={}", at("cas.crt"))])
         .success();
     kubectl(&["create", "secret", "generic", "hook-token", "-n", &ns.0, "--from-literal=token=s3cret"]).success();
@@ -926,10 +953,17 @@ fn endpoint_configs_take_the_tls_material_users_make() {
     drop(server);
 
     // A server certificate naming its host only in the Common Name: refused as Go refuses it.
-    let (port, _server) = serve("cn.crt", "cn.key");
+    let (port, cn_server) = serve("cn.crt", "cn.key", false);
     let run = run_with(port, Some("v1-pkcs8"));
     assert_eq!(run.code, 1, "{run:#?}");
     assert!(run.stderr.contains("x509: certificate relies on legacy Common Name field, use SANs instead"), "{run:#?}");
+    drop(cn_server);
+
+    // An answer without a length, ended by a close without close_notify, as webhook-auth's server answers:
+    // read to its end, as Go reads it.
+    let (port, _server) = serve("server.crt", "server.key", true);
+    let run = run_with(port, Some("v1-pkcs8"));
+    assert_eq!(run.code, 0, "{run:#?}");
 }
 
 /// A parent whose finalize hook says it is done goes, even when the children that answer asks for cannot
@@ -1389,6 +1423,15 @@ fn bad_manifests_are_refused_with_their_place() {
     );
     let twice = [controller("a", "keepers", url, "v1", json!({})), controller("b", "keepers", url, "v1", json!({}))];
     bad("twice.yaml", &twice, "both reconcile keepers.controllers.example.com");
+    let picks = |values: Value| {
+        json!({"spec": {"parentResource": {"labelSelector": {"matchExpressions": [
+        {"key": "side", "operator": "In", "values": values}]}}}})
+    };
+    let overlapping = [
+        controller("a", "keepers", url, "v1", picks(json!(["left"]))),
+        controller("b", "keepers", url, "v1", picks(json!(["left", "right"]))),
+    ];
+    bad("overlapping.yaml", &overlapping, "must have label selectors that no parent can satisfy both");
     let no_status = json!({"spec": {"parentResource": {"apiVersion": "v1", "resource": "configmaps"}}});
     bad("no-status.yaml", &[controller("c", "keepers", url, "v1", no_status)], "has no status subresource");
     let customize = json!({"spec": {"hooks": {"customize": {"version": "v2"}}}});

@@ -273,9 +273,11 @@ fn failures_change_nothing(driver: Driver) {
         assert_eq!(get(&ns.0, "configmap", "note-bad").unwrap()["data"]["text"], "ok", "{mode}");
         assert!(get(&ns.0, "secret", "note-bad").is_none(), "{mode}");
         assert_eq!(get(&ns.0, "configmap", "note-good").unwrap()["data"]["text"], format!("fine {mode}"), "{mode}");
-        eventually(SOON, "a HookFailed event", || {
+        eventually(SOON, "a SyncError event", || {
             let seen = events(&ns.0, "Note", "bad");
-            let found = seen.iter().any(|(t, r, note)| t == "Warning" && r == "HookFailed" && note.contains(problem));
+            let found = seen.iter().any(|(t, r, note)| {
+                t == "Warning" && r == "SyncError" && note.starts_with("Sync error: ") && note.contains(problem)
+            });
             if found { Ok(()) } else { Err(format!("{seen:?}")) }
         });
     }

@@ -15,7 +15,7 @@ pub mod hooks_dir;
 pub mod load;
 mod revisions;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
@@ -49,7 +49,7 @@ pub async fn from_manifests(conn: &Connection, paths: &[PathBuf], features: Feat
         bail!("no CompositeController, DecoratorController or ResourceGraphDefinition found in {}", shown.join(", "));
     }
     let mut definitions = Vec::new();
-    let mut parents: HashMap<String, String> = HashMap::new();
+    let mut parents: Vec<(String, crate::controller::rules::selector::ParentSelector, String)> = Vec::new();
     let mut names: HashSet<(&'static str, &str)> = HashSet::new();
     for object in &objects {
         let what = format!("{} {:?}", object.kind(), object.name());
@@ -58,12 +58,17 @@ pub async fn from_manifests(conn: &Connection, paths: &[PathBuf], features: Feat
         }
         let defined = from_object(conn, object, features).await?;
         if let Object::Composite(_) = object {
-            // Two composites of one parent type would fight over its children and status; decorators of
-            // one type may sit side by side, each with its own attachments and keys.
-            let parent = defined[0].family.parent.qualified_plural();
-            if let Some(other) = parents.insert(parent.clone(), what.clone()) {
-                bail!("{other} and {what} both reconcile {parent}; each parent type may have one CompositeController");
+            // Two composites that could take one parent would fight over its children and status; of one
+            // parent type they may sit side by side only with selectors no parent satisfies both.
+            // Decorators of one type may, each with its own attachments and keys.
+            let (parent, selector) = (defined[0].family.parent.qualified_plural(), defined[0].selector.clone());
+            if let Some((_, _, other)) = parents.iter().find(|(p, s, _)| *p == parent && !s.disjoint(&selector)) {
+                bail!(
+                    "{other} and {what} both reconcile {parent}; two CompositeControllers of one parent type must \
+                     have label selectors that no parent can satisfy both"
+                );
             }
+            parents.push((parent, selector, what.clone()));
         }
         definitions.extend(defined);
     }

@@ -456,7 +456,8 @@ impl Context {
     /// The sync could not be used: nothing is changed for this parent; a log line, a Warning event, and
     /// the driver's backoff.
     fn sync_failed(&self, parent: &DynamicObject, message: String) -> ReconcileError {
-        self.event(parent, Kind::Warning, "HookFailed", message.clone());
+        // metacontroller's reason and words, which its users' scripts look for.
+        self.event(parent, Kind::Warning, "SyncError", format!("Sync error: {message}"));
         ReconcileError { object: key(parent), action: "syncing".into(), message }
     }
 

@@ -87,6 +87,61 @@ impl ParentSelector {
     }
 }
 
+impl ParentSelector {
+    /// Whether no object can be taken by both: their label selectors, put together, ask of one key what
+    /// no value can give (`auth=valid` and `auth=invalid`; `tier in (a)` and `tier notin (a)`; `x` and
+    /// `!x`). Two CompositeControllers of one parent type may then run side by side, as metacontroller
+    /// lets them, without ever writing the same parent. Annotation selectors are not looked at: they only
+    /// narrow what the labels already keep apart.
+    pub fn disjoint(&self, other: &ParentSelector) -> bool {
+        let (Some(a), Some(b)) = (&self.labels, &other.labels) else { return false };
+        let mut keys: BTreeMap<&str, KeyRule> = BTreeMap::new();
+        for selector in [a, b] {
+            for (key, value) in &selector.match_labels {
+                keys.entry(key).or_default().add("In", std::slice::from_ref(value));
+            }
+            for req in &selector.match_expressions {
+                keys.entry(&req.key).or_default().add(&req.operator, &req.values);
+            }
+        }
+        keys.values().any(KeyRule::impossible)
+    }
+}
+
+/// What the selectors ask of one label key, together.
+#[derive(Default)]
+struct KeyRule {
+    present: bool,
+    absent: bool,
+    /// `None`: any value.
+    allowed: Option<std::collections::BTreeSet<String>>,
+    forbidden: std::collections::BTreeSet<String>,
+}
+
+impl KeyRule {
+    fn add(&mut self, operator: &str, values: &[String]) {
+        match operator {
+            "In" => {
+                self.present = true;
+                let values: std::collections::BTreeSet<String> = values.iter().cloned().collect();
+                self.allowed = Some(match self.allowed.take() {
+                    Some(allowed) => allowed.intersection(&values).cloned().collect(),
+                    None => values,
+                });
+            }
+            "NotIn" => self.forbidden.extend(values.iter().cloned()),
+            "Exists" => self.present = true,
+            "DoesNotExist" => self.absent = true,
+            _ => {}
+        }
+    }
+
+    fn impossible(&self) -> bool {
+        (self.present && self.absent)
+            || self.allowed.as_ref().is_some_and(|allowed| allowed.iter().all(|v| self.forbidden.contains(v)))
+    }
+}
+
 fn selects(pairs: &BTreeMap<String, String>, requirements: &[Requirement], map: &BTreeMap<String, String>) -> bool {
     pairs.iter().all(|(key, value)| map.get(key) == Some(value)) && requirements.iter().all(|req| req.matches(map))
 }
@@ -118,6 +173,30 @@ impl Requirement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selectors_that_no_object_can_satisfy_together_are_disjoint() {
+        let parse = |v: serde_json::Value| ParentSelector {
+            labels: Some(serde_json::from_value(v).unwrap()),
+            annotations: None,
+        };
+        let valid = parse(serde_json::json!({"matchLabels": {"auth": "valid"}}));
+        let invalid = parse(serde_json::json!({"matchLabels": {"auth": "invalid"}}));
+        assert!(valid.disjoint(&invalid) && invalid.disjoint(&valid));
+        assert!(!valid.disjoint(&valid));
+        let not_valid =
+            parse(serde_json::json!({"matchExpressions": [{"key": "auth", "operator": "NotIn", "values": ["valid"]}]}));
+        assert!(valid.disjoint(&not_valid));
+        let none = parse(serde_json::json!({"matchExpressions": [{"key": "auth", "operator": "DoesNotExist"}]}));
+        assert!(valid.disjoint(&none));
+        let some = parse(
+            serde_json::json!({"matchExpressions": [{"key": "auth", "operator": "In", "values": ["valid", "x"]}]}),
+        );
+        assert!(!valid.disjoint(&some), "auth=valid satisfies both");
+        let other_key = parse(serde_json::json!({"matchLabels": {"team": "a"}}));
+        assert!(!valid.disjoint(&other_key), "auth=valid,team=a satisfies both");
+        assert!(!valid.disjoint(&ParentSelector::default()), "no selector takes every parent");
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()

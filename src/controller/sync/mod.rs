@@ -6,6 +6,7 @@
 //! (attachments), for a decorator the labels and annotations of the object itself, an optional one-time
 //! resync, and for finalizing whether cleaning up is done. Building requests and reading answers is pure.
 
+mod close_notify;
 pub mod graph;
 pub mod hook;
 pub mod sample;

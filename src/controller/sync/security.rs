@@ -16,8 +16,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use crate::certificates;
 
-/// The HTTPS-or-HTTP connector every URL hook is called through.
-pub type Https = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
+/// The HTTPS-or-HTTP connector every URL hook is called through (a close without close_notify ending
+/// the stream, as in Go: `close_notify.rs`).
+pub type Https = super::close_notify::Lenient;
 
 /// The TCP connector under a hook client: with TCP_NODELAY, as Go's net package sets it, so that a
 /// request written in two parts (a TLS record each) does not wait for the hook's delayed ACK.
@@ -52,11 +53,16 @@ fn client_builder(roots: rustls::RootCertStore) -> Result<ClientBuilder, String>
 /// The connector of a URL hook with no security settings: the system's CAs, no client certificate.
 pub fn plain_https() -> Result<Https, String> {
     let config = client_builder(system_roots())?.with_no_client_auth();
-    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+    Ok(connector(config))
+}
+
+fn connector(config: rustls::ClientConfig) -> Https {
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(tcp()))
+        .wrap_connector(tcp());
+    super::close_notify::Lenient(https)
 }
 
 /// How long what was read from the cluster is used before it is read again.
@@ -158,11 +164,7 @@ impl Secured {
                 builder.with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified)))
             }
         };
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(config)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(tcp());
+        let https = connector(config);
         let header = match &self.security.auth {
             None => None,
             Some(Auth::Header { scheme, secret }) => {
