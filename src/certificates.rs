@@ -118,9 +118,11 @@ impl ServerCertVerifier for GoNames {
                     CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }
                 )
             );
-            // webpki reads no v1 certificate, and a v1 certificate has no subjectAltName.
-            let v1 = matches!(&err, Error::InvalidCertificate(CertificateError::Other(other))
-                if other.0.to_string().contains("UnsupportedCertVersion"));
+            // webpki reads no v1 certificate (its refusal is an `Other` error), and a v1 certificate has no
+            // subjectAltName: Go would refuse it for its name too.
+            let v1 = matches!(&err, Error::InvalidCertificate(CertificateError::Other(_)))
+                && x509_parser::parse_x509_certificate(end_entity)
+                    .is_ok_and(|(_, c)| c.version() == x509_parser::x509::X509Version::V1);
             match (by_name || v1).then(|| legacy_name(end_entity, &server_name.to_str())).flatten() {
                 Some(said) => {
                     Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(NoSubjectAltNames(said)))))
@@ -215,5 +217,25 @@ mod tests {
         );
         let with_names = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
         assert_eq!(legacy_name(with_names.cert.der(), "127.0.0.1"), None);
+    }
+
+    #[test]
+    fn the_verifier_says_why_a_certificate_without_names_is_refused() {
+        let mut roots = RootCertStore::empty();
+        add_bundle(&mut roots, CA.as_bytes()).unwrap();
+        let verifier = server_verifier(roots).unwrap();
+        let verify = |pem: &str, host: &'static str| {
+            let leaf = chain(pem.as_bytes()).unwrap().remove(0);
+            let name = ServerName::try_from(host).unwrap();
+            verifier.verify_server_cert(&leaf, &[], &name, &[], UnixTime::now()).unwrap_err().to_string()
+        };
+        // A v3 certificate naming 127.0.0.1 in its Common Name only, and a v1 one (webpki reads no v1).
+        assert!(verify(SERVER_CN_ONLY, "127.0.0.1").contains("relies on legacy Common Name field"));
+        assert!(verify(V1_CERT, "metacontroller").contains("relies on legacy Common Name field"));
+        assert!(verify(SERVER_CN_ONLY, "127.0.0.2").contains("not valid for any names, but wanted to match 127.0.0.2"));
+        // Other refusals are webpki's own: a certificate with names, from an unknown CA.
+        let stranger = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap().cert.pem();
+        let said = verify(&stranger, "127.0.0.1");
+        assert!(said.contains("UnknownIssuer"), "{said}");
     }
 }

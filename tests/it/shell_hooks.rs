@@ -568,6 +568,26 @@ fn bad_hook_configs_are_refused_with_the_hook_and_the_field() {
         "{}",
         run.stderr
     );
+    // The CA to register missing; then a webhook the API server refuses to register (a mutating webhook's
+    // name is not checked before, as in shell-operator): the start stops with the API server's words.
+    let hooks = Hooks::new();
+    let certs = hooks.dir.path().join("certs");
+    certificates(&certs);
+    hooks.hook("m.sh", "configVersion: v1\nkubernetesMutating:\n- name: Not_A.Valid.Name", "true");
+    let configuration = format!("bad-{}", std::process::id());
+    let _delete = Delete(vec![("mutatingwebhookconfiguration", format!("{configuration}-hooks"))]);
+    let mut flags = webhook_flags("validating", &certs, free_port());
+    flags.extend(["--validating-webhook-configuration-name".to_owned(), configuration]);
+    let mut no_ca = flags.clone();
+    let missing_ca = hooks.dir.path().join("no-ca.crt");
+    no_ca[11] = missing_ca.to_str().unwrap().to_owned();
+    let run = hooks_run(&hooks, &no_ca.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("read CA bundle: {}", missing_ca.display())), "{}", run.stderr);
+    let run = hooks_run(&hooks, &flags.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("register MutatingWebhookConfiguration"), "{}", run.stderr);
+    assert!(run.stderr.contains("Not_A.Valid.Name"), "{}", run.stderr);
     // A --tmp-dir whose parent is missing.
     let hooks = Hooks::new();
     hooks.hook("ok.sh", "configVersion: v1\nonStartup: 1", "true");

@@ -45,13 +45,6 @@ async fn resolve(shared: &Shared, operation: &Operation) -> Result<Resolved, Str
     })
 }
 
-fn fenced(shared: &Shared) -> Result<(), String> {
-    match shared.fence.open() {
-        true => Ok(()),
-        false => Err(Failed::Fenced.message()),
-    }
-}
-
 fn said(failed: &Failed) -> String {
     failed.message()
 }
@@ -74,7 +67,7 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
             let object: DynamicObject =
                 serde_json::from_value(object.clone()).map_err(|err| format!("cannot read the object: {err}"))?;
             let post = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() };
-            fenced(shared)?;
+            shared.fenced()?;
             let created = bounded(api.create(&post, &object)).await;
             match created {
                 Ok(_) => Ok(()),
@@ -84,7 +77,7 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
                         let live = bounded(api.get(name)).await.map_err(|f| said(&f))?;
                         let mut replacement = object.clone();
                         replacement.metadata.resource_version = live.metadata.resource_version;
-                        fenced(shared)?;
+                        shared.fenced()?;
                         match bounded(api.replace(name, &post, &replacement)).await {
                             Ok(_) => return Ok(()),
                             Err(failed) if code(&failed) == Some(409) => continue,
@@ -105,7 +98,7 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
                 }),
                 ..Default::default()
             };
-            fenced(shared)?;
+            shared.fenced()?;
             match bounded(api.delete(name, &params)).await {
                 Err(failed) if code(&failed) == Some(404) => return Ok(()),
                 Err(failed) => return Err(said(&failed)),
@@ -139,7 +132,7 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
                 if after == before {
                     return Ok(());
                 }
-                fenced(shared)?;
+                shared.fenced()?;
                 // The filtered object keeps the resourceVersion it was read at: a change since is a conflict.
                 let replaced = match subresource {
                     "" => {
@@ -166,7 +159,7 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
                 ),
                 _ => Patch::Merge(patch.clone()),
             };
-            fenced(shared)?;
+            shared.fenced()?;
             let sent = match subresource {
                 "" => bounded(api.patch(name, &params, &patch)).await.map(drop),
                 sub => bounded(api.patch_subresource(sub, name, &params, &patch)).await.map(drop),

@@ -249,7 +249,7 @@ pub async fn work(shared: Arc<Shared>, queue: Arc<Queue>, mut stop: watch::Recei
 }
 
 /// One run of `hook` (its rate limit waited for by the caller): the hook run with `contexts`, then its
-/// patch file and metrics applied. Gives what it wrote to its response files.
+/// patch file and metrics applied. Gives what it answered in a webhook's response file.
 pub(super) async fn run(
     shared: &Shared,
     queue: &str,
@@ -257,8 +257,8 @@ pub(super) async fn run(
     event: &'static str,
     contexts: &[Pending],
     unlock: &[(usize, usize)],
-) -> Result<shell_hook::Outputs, String> {
-    let Some(first) = contexts.first() else { return Ok(Default::default()) };
+) -> Result<webhook::Answer, String> {
+    let Some(first) = contexts.first() else { return Ok(webhook::Answer::Nothing) };
     let hook = &shared.hooks[index];
     for &(h, b) in unlock {
         if let Some(monitor) = shared.monitor(h, b) {
@@ -290,18 +290,18 @@ pub(super) async fn run(
                 return Err(failure.message);
             }
         };
-    // Both files are read and checked before anything is applied, so that a bad one fails the run
+    // The files are read and checked before anything is applied, so that a bad one fails the run
     // before its patches are sent (a retry would send them again).
     let metrics = metrics::parse(&outputs.metrics)?;
     for dropped in &metrics.dropped {
         tracing::warn!(hook = labels.hook.as_str(), "$METRICS_PATH: {dropped}");
     }
-    // A webhook's response file is checked here too, so that a bad one fails the run before its patches go.
-    match &first.what {
-        What::Admission { .. } => drop(webhook::admission_answer(&outputs.admission)?),
-        What::Conversion { .. } => drop(webhook::conversion_answer(&outputs.conversion)?),
-        _ => {}
-    }
+    // A webhook's response file too, so that a bad one fails the run before its patches go.
+    let answer = match &first.what {
+        What::Admission { .. } => webhook::Answer::Admission(webhook::admission_answer(&outputs.admission)?),
+        What::Conversion { .. } => webhook::Answer::Conversion(webhook::conversion_answer(&outputs.conversion)?),
+        _ => webhook::Answer::Nothing,
+    };
     let operations = patch::parse(&outputs.patches).map_err(|err| format!("$KUBERNETES_PATCH_PATH: {err}"))?;
     if !operations.is_empty() {
         super::patch::apply(shared, operations).await?;
@@ -321,7 +321,7 @@ pub(super) async fn run(
         labels.event,
         labels.binding
     );
-    Ok(outputs)
+    Ok(answer)
 }
 
 /// After a failed run, the status patches the hook marked `ignoreHookError` (as shell-operator documents

@@ -29,10 +29,9 @@ use super::{Shared, queue};
 use crate::controller::engine::request::bounded;
 use crate::controller::rules::FIELD_MANAGER;
 use crate::controller::rules::shell::context::{Pending, What};
-use crate::controller::rules::shell::webhook::{self, AdmissionAnswer};
+use crate::controller::rules::shell::webhook::{self, AdmissionAnswer, Answer};
 use crate::controller::serve::tls::{TlsListener, from_files};
 use crate::controller::settings::{WebhookEndpoint, WebhookSettings};
-use crate::controller::sync::shell_hook::Outputs;
 
 /// The path segment before an admission webhook's id: shell-operator's default configuration id.
 const CONFIGURATION_ID: &str = "hooks";
@@ -216,7 +215,7 @@ async fn submit(
         (crate::error::describe(&err), lasting)
     };
     let found = bounded(api.get_opt(name)).await.map_err(|f| (f.message(), false))?;
-    fenced(shared).map_err(|err| (err, true))?;
+    shared.fenced().map_err(|err| (err, true))?;
     let post = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() };
     match found {
         None => {
@@ -229,13 +228,6 @@ async fn submit(
             object.data["webhooks"] = json!(entries);
             api.replace(name, &post, &object).await.map(drop).map_err(describe)
         }
-    }
-}
-
-fn fenced(shared: &Shared) -> Result<(), String> {
-    match shared.fence.open() {
-        true => Ok(()),
-        false => Err(crate::controller::engine::request::Failed::Fenced.message()),
     }
 }
 
@@ -282,7 +274,7 @@ async fn point_crd_here(
                 "webhook": { "clientConfig": config, "conversionReviewVersions": ["v1", "v1beta1"] },
             }},
         });
-        fenced(shared).map_err(|err| anyhow!("update CRD {crd}: {err}"))?;
+        shared.fenced().map_err(|err| anyhow!("update CRD {crd}: {err}"))?;
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() };
         match api.patch(crd, &params, &Patch::Merge(&patch)).await {
             Ok(_) => {
@@ -326,7 +318,7 @@ fn answer(review: &Value, response: Value) -> Response {
 
 /// One run of a webhook's hook, outside the queues. A standby runs it too, unless its binding reads
 /// snapshots, which only the replica running the hooks has.
-async fn run(shared: &Shared, hook: usize, event: &'static str, context: Pending) -> Result<Outputs, NoAnswer> {
+async fn run(shared: &Shared, hook: usize, event: &'static str, context: Pending) -> Result<Answer, NoAnswer> {
     if !context.snapshots.is_empty() && !shared.running.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(NoAnswer::NoSnapshots(format!(
             "binding {:?} reads snapshots, and this replica does not run the hooks (it stands by for the Lease)",
@@ -386,11 +378,11 @@ async fn review_admission(State(app): State<Arc<App>>, uri: Uri, headers: Header
         v0: false,
     };
     let event = if binding.mutating { "KubernetesMutating" } else { "KubernetesValidating" };
-    let response = match run(&app.shared, hook, event, context).await.map(|o| webhook::admission_answer(&o.admission)) {
-        Ok(Ok(Some(answer))) => webhook::admission_response(&uid, &answer),
-        Ok(Ok(None)) => webhook::admission_error(&uid, "handle AdmissionReview: hook task prop error"),
+    let response = match run(&app.shared, hook, event, context).await {
+        Ok(Answer::Admission(Some(answer))) => webhook::admission_response(&uid, &answer),
+        Ok(_) => webhook::admission_error(&uid, "handle AdmissionReview: hook task prop error"),
         Err(NoAnswer::NoSnapshots(why)) => webhook::admission_error(&uid, &why),
-        Ok(Err(_)) | Err(NoAnswer::Failed) => webhook::admission_response(
+        Err(NoAnswer::Failed) => webhook::admission_response(
             &uid,
             &AdmissionAnswer { allowed: false, message: "Hook failed".into(), warnings: Vec::new(), patch: Vec::new() },
         ),
@@ -441,16 +433,18 @@ async fn convert(app: &App, crd: &str, request: Value) -> Result<Vec<Value>, Str
                 snapshots: binding.include_snapshots.clone(),
                 v0: false,
             };
-            let outputs =
+            let answer =
                 run(&app.shared, rule.hook, "KubernetesConversion", context).await.map_err(|err| match err {
                     NoAnswer::NoSnapshots(why) => why,
                     NoAnswer::Failed => format!("Hook failed to convert to {desired}"),
                 })?;
-            match webhook::conversion_answer(&outputs.conversion) {
+            match answer {
                 // shell-operator's docs promise the hook's message to the API server; its code drops it.
-                Ok(Some(answer)) if !answer.failed_message.is_empty() => return Err(answer.failed_message),
-                Ok(Some(answer)) => objects = answer.converted,
-                Ok(None) | Err(_) => return Err("handle ConversionReview: hook task prop error".into()),
+                Answer::Conversion(Some(said)) if !said.failed_message.is_empty() => {
+                    return Err(said.failed_message);
+                }
+                Answer::Conversion(Some(said)) => objects = said.converted,
+                _ => return Err("handle ConversionReview: hook task prop error".into()),
             }
             if all_there(&objects) {
                 done = true;

@@ -6,6 +6,15 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+/// What a run answered in its response file: an admission or conversion run's file, read (`None` when
+/// the hook wrote nothing); nothing for the other bindings.
+#[derive(Debug, PartialEq)]
+pub enum Answer {
+    Admission(Option<AdmissionAnswer>),
+    Conversion(Option<ConversionAnswer>),
+    Nothing,
+}
+
 /// What an admission hook wrote to `$VALIDATING_RESPONSE_PATH`.
 #[derive(Debug, PartialEq)]
 pub struct AdmissionAnswer {
