@@ -432,8 +432,12 @@ mod tests {
         said(&["list", "samples", "-o", "json", "--show-labels"], "--show-labels option cannot be used with json");
         said(&["reconcile", "--gvr", "v1/configmaps", "--watch", "--once"], "applies to Samples and hooks only");
         assert_eq!(mistake(&["reconcile", "--gvr", "v1/configmaps", "--watch", "--once", "--hook", "./h"]), None);
-        said(&["reconcile", "--child", "v1/configmaps"], "give --hook or --hook-url too");
-        said(&["reconcile", "--finalize"], "give --hook or --hook-url too");
+        assert_eq!(
+            mistake(&["reconcile", "--gvr", "v1/configmaps", "--watch", "--once", "--hook-process", "./h"]),
+            None
+        );
+        said(&["reconcile", "--child", "v1/configmaps"], "give --hook, --hook-process or --hook-url too");
+        said(&["reconcile", "--finalize"], "give --hook, --hook-process or --hook-url too");
         said(&["reconcile", "--leader-elect", "--renew-deadline", "20s"], "--renew-deadline must be shorter");
         said(&["reconcile", "--leader-elect", "--retry-period", "10s"], "--retry-period must be shorter");
         assert_eq!(mistake(&["reconcile", "--renew-deadline", "20s"]), None, "only checked with --leader-elect");

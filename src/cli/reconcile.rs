@@ -118,13 +118,26 @@ pub struct ReconcileArgs {
 
     /// Reconcile --gvr with this command as its sync hook (metacontroller's CompositeController protocol):
     /// the request on its stdin, the answer on its stdout; split into words like a shell, run without one
-    #[arg(long, value_name = "COMMAND", value_parser = Address::command, conflicts_with = "hook_url", help_heading = "Hooks",
-          value_hint = ValueHint::ExecutablePath)]
+    #[arg(long, value_name = "COMMAND", value_parser = Address::command, conflicts_with_all = ["hook_url", "hook_process"],
+          help_heading = "Hooks", value_hint = ValueHint::ExecutablePath)]
     pub hook: Option<Address>,
 
     /// Reconcile --gvr with the sync hook at this URL: the request POSTed as JSON, the answer in a 200 response
-    #[arg(long, value_name = "URL", value_parser = Address::url, help_heading = "Hooks")]
+    #[arg(long, value_name = "URL", value_parser = Address::url, conflicts_with = "hook_process", help_heading = "Hooks")]
     pub hook_url: Option<Address>,
+
+    /// Reconcile --gvr with this command as a long-running sync hook: started once, given one request per
+    /// line on its stdin, answering each with one line of JSON on its stdout
+    #[arg(long, value_name = "COMMAND", value_parser = Address::process, help_heading = "Hooks",
+          value_hint = ValueHint::ExecutablePath)]
+    pub hook_process: Option<Address>,
+
+    /// With --hook-process: how many of its processes may run at once, each serving one call at a time;
+    /// more are started only while every one is busy (default: --concurrency)
+    // clap counts a required flag as given when it conflicts with one given, hence both.
+    #[arg(long, value_name = "N", requires = "hook_process", conflicts_with_all = ["hook", "hook_url"],
+          value_parser = clap::value_parser!(u16).range(1..), help_heading = "Hooks")]
+    pub hook_processes: Option<u16>,
 
     /// A child type the hook may manage, as GROUP/VERSION/RESOURCE (v1/configmaps, apps/v1/deployments);
     /// repeat for each
@@ -146,20 +159,20 @@ pub struct ReconcileArgs {
     /// directory (its .yaml, .yml and .json files), or - for stdin; repeat for more. Other kinds in them
     /// are skipped
     #[arg(short = 'f', long = "filename", value_name = "PATH", help_heading = "Controllers",
-          conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize"], value_hint = ValueHint::AnyPath)]
+          conflicts_with_all = [ids::GVR, "hook", "hook_url", "hook_process", "children", "finalize"], value_hint = ValueHint::AnyPath)]
     pub filenames: Vec<std::path::PathBuf>,
 
     /// Run every CompositeController, DecoratorController and ResourceGraphDefinition stored in the
     /// cluster, and start, change and stop each one as its object is created, updated and deleted, as
     /// metacontroller and kro do
     #[arg(long, help_heading = "Controllers",
-          conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize", "filenames"])]
+          conflicts_with_all = [ids::GVR, "hook", "hook_url", "hook_process", "children", "finalize", "filenames"])]
     pub from_cluster: bool,
 
     /// Run shell-operator's hooks in this directory, in place of --gvr: every executable below it is
     /// asked for its bindings with --config, then run with binding contexts at start-up and on schedules
     #[arg(long, env = "SHELL_OPERATOR_HOOKS_DIR", value_name = "DIR", help_heading = "Controllers",
-          conflicts_with_all = [ids::GVR, "hook", "hook_url", "children", "finalize", "filenames", "from_cluster",
+          conflicts_with_all = [ids::GVR, "hook", "hook_url", "hook_process", "children", "finalize", "filenames", "from_cluster",
                                 "once", "shard_ring"],
           value_hint = ValueHint::DirPath)]
     pub hooks_dir: Option<std::path::PathBuf>,
@@ -187,9 +200,9 @@ impl ReconcileArgs {
         Some(Member::new(ring, name, incarnation()))
     }
 
-    /// `--hook` or `--hook-url`, whichever was given.
+    /// `--hook`, `--hook-url` or `--hook-process`, whichever was given.
     pub fn hook_target(&self) -> Option<&Address> {
-        self.hook.as_ref().or(self.hook_url.as_ref())
+        self.hook.as_ref().or(self.hook_url.as_ref()).or(self.hook_process.as_ref())
     }
 
     pub(super) fn mistake(&self) -> Option<String> {
@@ -202,10 +215,10 @@ impl ReconcileArgs {
             );
         }
         if !hooked && !self.children.is_empty() {
-            return Some("--child names a hook's child types; give --hook or --hook-url too".into());
+            return Some("--child names a hook's child types; give --hook, --hook-process or --hook-url too".into());
         }
         if !hooked && self.finalize {
-            return Some("--finalize calls a hook on deletion; give --hook or --hook-url too".into());
+            return Some("--finalize calls a hook on deletion; give --hook, --hook-process or --hook-url too".into());
         }
         if self.hooks_dir.is_some() && self.feature_gates.is_some() {
             return Some(

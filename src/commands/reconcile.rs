@@ -62,6 +62,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
                 Box::new(HookSettings {
                     target: target.clone(),
                     timeout: args.hook_timeout,
+                    processes: usize::from(args.hook_processes.unwrap_or(args.concurrency)),
                     children: args.children.clone(),
                     finalize: args.finalize,
                 })

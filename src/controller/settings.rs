@@ -122,11 +122,13 @@ pub struct MetricsServe {
     pub secure: Option<Option<PathBuf>>,
 }
 
-/// `--hook` or `--hook-url`, and what goes with it.
+/// `--hook`, `--hook-url` or `--hook-process`, and what goes with it.
 #[derive(Debug, Clone)]
 pub struct HookSettings {
     pub target: Address,
     pub timeout: Duration,
+    /// With `--hook-process`, how many of its processes may run at once.
+    pub processes: usize,
     /// The child types it may manage (`--child`).
     pub children: Vec<Gvr>,
     /// `--finalize`: a finalizer on each parent, and the hook called with `finalizing: true` on deletion.

@@ -419,6 +419,11 @@ fn impossible_hook_controllers_are_refused() {
         (vec!["--hook", "sh -c 'unclosed"], "cannot split"),
         (vec!["--hook-url", "ftp://x/"], "is not an http:// or https:// URL"),
         (vec!["--hook", SHELL, "--hook-url", "http://x/"], "cannot be used with"),
+        (vec!["--hook-process", "  "], "the hook command is empty"),
+        (vec!["--hook-process", SHELL, "--hook", SHELL], "cannot be used with"),
+        (vec!["--hook", SHELL, "--hook-processes", "2"], "cannot be used with '--hook-processes <N>'"),
+        (vec!["--hook-processes", "2"], "required arguments were not provided"),
+        (vec!["--hook-process", SHELL, "--hook-processes", "0"], "0 is not in 1..=65535"),
     ] {
         let mut full = vec!["reconcile", "--gvr", NOTES];
         full.extend(args);
@@ -435,39 +440,88 @@ fn impossible_hook_controllers_are_refused() {
 fn the_sample_hook_and_the_built_in_sync_agree() {
     let _cluster = crate::support::shared();
     samplectl(&["install-crd"]).success();
-    let hook = "python3 examples/hooks/sample/sync.py";
-    let hooked = |ns: &str| {
-        samplectl(&[
-            "reconcile",
-            "-n",
-            ns,
-            "--gvr",
-            "example.com/v1alpha1/samples",
-            "--child",
-            "v1/configmaps",
-            "--hook",
-            hook,
-            "--once",
-        ])
-    };
+    // The same hook once a process per call, once long-running.
+    let forms = [
+        ("--hook", "python3 examples/hooks/sample/sync.py"),
+        ("--hook-process", "python3 examples/hooks/sample/sync.py --lines"),
+    ];
     let writes = |run: &crate::support::Run| {
         let totals = run.stderr.lines().find(|l| l.contains("requests sent:")).unwrap_or_default().to_owned();
         totals.split_once('(').map(|(_, rest)| rest.split(' ').next().unwrap().to_owned()).unwrap_or(totals)
     };
+    for (n, (flag, hook)) in forms.into_iter().enumerate() {
+        let hooked = |ns: &str| {
+            let gvr = "example.com/v1alpha1/samples";
+            samplectl(&["reconcile", "-n", ns, "--gvr", gvr, "--child", "v1/configmaps", flag, hook, "--once"])
+        };
+        let ns = Namespace::new(&format!("hook-sample-a{n}"));
+        apply_sample(&ns.0, "a", "one");
+        apply_sample(&ns.0, "b", "");
+        let first = hooked(&ns.0).success();
+        assert_ne!(writes(&first), "0", "{flag}: {first:#?}");
+        let built_in = samplectl(&["reconcile", "-n", &ns.0, "--once"]).success();
+        assert_eq!(writes(&built_in), "0", "{flag}: the built-in sync found nothing to change: {built_in:#?}");
 
-    let ns = Namespace::new("hook-sample-a");
-    apply_sample(&ns.0, "a", "one");
-    apply_sample(&ns.0, "b", "");
-    let first = hooked(&ns.0).success();
-    assert_ne!(writes(&first), "0", "{first:#?}");
-    let built_in = samplectl(&["reconcile", "-n", &ns.0, "--once"]).success();
-    assert_eq!(writes(&built_in), "0", "the built-in sync found nothing to change: {built_in:#?}");
+        let ns = Namespace::new(&format!("hook-sample-b{n}"));
+        apply_sample(&ns.0, "c", "two");
+        samplectl(&["reconcile", "-n", &ns.0, "--once"]).success();
+        let after = hooked(&ns.0).success();
+        assert_eq!(writes(&after), "0", "{flag}: the hook found nothing to change: {after:#?}");
+    }
+}
 
-    let ns = Namespace::new("hook-sample-b");
-    apply_sample(&ns.0, "c", "two");
-    samplectl(&["reconcile", "-n", &ns.0, "--once"]).success();
-    let after = hooked(&ns.0).success();
-    assert_eq!(writes(&after), "0", "the hook found nothing to change: {after:#?}");
+/// `--hook-process`: one process serves parent after parent, and each way it can fail fails only the
+/// parent it was serving, while the other processes serve the rest.
+#[test]
+fn a_long_running_hook_serves_parent_after_parent_and_fails_one_at_a_time() {
+    let _cluster = crate::support::shared();
+    example_crds();
+    let ns = Namespace::new("hook-process");
+    let hook = "python3 tests/fixtures/hook-process-modes.py";
+    let once = |extra: &[&str]| {
+        let mut args = vec!["reconcile", "-n", &ns.0, "--gvr", NOTES, "--child", "v1/configmaps"];
+        args.extend_from_slice(&["--hook-process", hook, "--once"]);
+        args.extend_from_slice(extra);
+        samplectl(&args)
+    };
+    let names = ["a", "b", "c", "d"];
+    for name in names {
+        apply(&ns.0, &note(name, &format!("text {name}")));
+    }
+    once(&["--hook-processes", "1"]).success();
+    let served: Vec<Value> = names
+        .iter()
+        .map(|name| {
+            let child = get(&ns.0, "configmap", &format!("note-{name}")).unwrap();
+            assert_eq!(child["data"]["text"], format!("text {name}"), "each parent its own answer");
+            assert_eq!(get(&ns.0, "note", name).unwrap()["status"]["length"], 6);
+            child["data"]["pid"].clone()
+        })
+        .collect();
+    assert!(served.iter().all(|pid| *pid == served[0]), "one process served them all: {served:?}");
+
+    let before = get(&ns.0, "note", "a").unwrap();
+    for (mode, problem) in [
+        ("exit", "exited with status 3: something broke"),
+        ("sleep", "did not answer within 1s"),
+        ("garbage", "answered invalid JSON"),
+        ("chatty", "answered invalid JSON"),
+    ] {
+        apply(&ns.0, &note("a", mode));
+        for name in &names[1..] {
+            apply(&ns.0, &note(name, &format!("{mode} {name}")));
+        }
+        let run = once(&["--hook-timeout", "1s"]);
+        assert_eq!(run.code, 1, "{mode}: {run:#?}");
+        let expected = format!("{}/a: syncing: hook {hook} {problem}", ns.0);
+        assert!(run.stderr.contains(&expected), "{mode}: wanted {expected:?} in {run:#?}");
+        assert_eq!(get(&ns.0, "note", "a").unwrap()["status"], before["status"], "{mode}: left as it was");
+        assert_eq!(get(&ns.0, "configmap", "note-a").unwrap()["data"]["text"], "text a", "{mode}");
+        for name in &names[1..] {
+            let child = get(&ns.0, "configmap", &format!("note-{name}")).unwrap();
+            assert_eq!(child["data"]["text"], format!("{mode} {name}"), "{mode}: {name} got its own answer");
+        }
+    }
 }
 
 /// Leader election, metrics and JSON logs work with a hook as with the built-in sync.

@@ -6,6 +6,11 @@ beside the built-in sync to measure what a process per reconcile costs:
     samplectl reconcile --gvr example.com/v1alpha1/samples --child v1/configmaps \
         --hook "python3 examples/hooks/sample/sync.py"
 
+and as a long-running hook, a request per line, to measure what the process per reconcile was:
+
+    samplectl reconcile --gvr example.com/v1alpha1/samples --child v1/configmaps \
+        --hook-process "python3 examples/hooks/sample/sync.py --lines"
+
 The lastTransitionTime of Ready moves only when its status flips, as in the built-in sync.
 """
 
@@ -42,4 +47,9 @@ def sync(request):
 
 
 if __name__ == "__main__":
-    json.dump(sync(json.load(sys.stdin)), sys.stdout)
+    if sys.argv[1:] == ["--lines"]:
+        # One request per line, one answer per line, flushed at once: samplectl waits for it.
+        for line in sys.stdin:
+            print(json.dumps(sync(json.loads(line))), flush=True)
+    else:
+        json.dump(sync(json.load(sys.stdin)), sys.stdout)

@@ -49,7 +49,7 @@ pub async fn hooked(conn: &Connection, parent: Resolved, hook: &HookSettings) ->
     check(&family)?;
     let controller = controller_object(&family, "samplectl");
     let hooks = Hooks {
-        sync: Hook::new(hook.target.clone(), hook.timeout)?,
+        sync: Hook::new(hook.target.clone(), hook.timeout)?.processes(hook.processes),
         finalize: None,
         customize: None,
         controller,

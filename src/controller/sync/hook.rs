@@ -1,7 +1,8 @@
 //! Calling a sync hook: a local command (the request on its stdin, the answer on its stdout, its stderr
-//! passed to the log line by line with the parent's name) or an HTTP URL (the request POSTed, the answer
-//! in a 200 response, as metacontroller's webhooks). Each call has a deadline; a command that outlives it
-//! is killed with its whole process group, so a shell hook's pipeline cannot linger.
+//! passed to the log line by line with the parent's name), a long-running process (a request per line,
+//! `process.rs`) or an HTTP URL (the request POSTed, the answer in a 200 response, as metacontroller's
+//! webhooks). Each call has a deadline; a command that outlives it is killed with its whole process
+//! group, so a shell hook's pipeline cannot linger.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::Version;
+use super::process::Pool;
 use super::security::{Https, Secured};
 use crate::cluster::deadline::AnswerLimit;
 
@@ -23,6 +25,8 @@ const MAX_ANSWER: usize = 64 << 20;
 pub enum Address {
     /// A program and its arguments, split as a shell would split the words but run without one.
     Command(Vec<String>),
+    /// The same, started once and given a request per line (`--hook-process`).
+    Process(Vec<String>),
     Url(http::Uri),
     /// A Service reached through the API server's service proxy
     /// (`/api/v1/namespaces/NS/services/SCHEME:NAME:PORT/proxy/PATH`), for a controller object's
@@ -38,7 +42,7 @@ pub enum Address {
 impl PartialEq for Address {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (Address::Command(a), Address::Command(b)) => a == b,
+            (Address::Command(a), Address::Command(b)) | (Address::Process(a), Address::Process(b)) => a == b,
             (Address::Url(a), Address::Url(b)) => a == b,
             (Address::ServiceProxy { path: a, .. }, Address::ServiceProxy { path: b, .. }) => a == b,
             _ => false,
@@ -52,6 +56,7 @@ impl std::fmt::Debug for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Address::Command(words) => f.debug_tuple("Command").field(words).finish(),
+            Address::Process(words) => f.debug_tuple("Process").field(words).finish(),
             Address::Url(uri) => f.debug_tuple("Url").field(uri).finish(),
             Address::ServiceProxy { path, .. } => f.debug_tuple("ServiceProxy").field(path).finish(),
         }
@@ -62,11 +67,12 @@ impl Address {
     /// `--hook`'s value: words split as a POSIX shell splits them (quotes, backslashes), never run through
     /// a shell; write `sh -c '...'` to have one.
     pub fn command(line: &str) -> Result<Self, String> {
-        match shlex::split(line) {
-            Some(words) if !words.is_empty() => Ok(Address::Command(words)),
-            Some(_) => Err("the hook command is empty".into()),
-            None => Err(format!("cannot split {line:?} into words (an unclosed quote?)")),
-        }
+        words(line).map(Address::Command)
+    }
+
+    /// `--hook-process`'s value, split as `--hook`'s.
+    pub fn process(line: &str) -> Result<Self, String> {
+        words(line).map(Address::Process)
     }
 
     /// `--hook-url`'s value: an http or https URL.
@@ -79,10 +85,33 @@ impl Address {
     }
 }
 
+/// Starts a command hook with piped stdin, stdout and stderr.
+pub(super) fn spawn(words: &[String]) -> Result<tokio::process::Child, String> {
+    tokio::process::Command::new(&words[0])
+        .args(&words[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so that on a timeout everything it started is killed with it, and a
+        // Ctrl-C meant for samplectl does not cut a hook short before samplectl decides to stop.
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|err| format!("cannot be started: {err}"))
+}
+
+fn words(line: &str) -> Result<Vec<String>, String> {
+    match shlex::split(line) {
+        Some(words) if !words.is_empty() => Ok(words),
+        Some(_) => Err("the hook command is empty".into()),
+        None => Err(format!("cannot split {line:?} into words (an unclosed quote?)")),
+    }
+}
+
 impl std::fmt::Display for Address {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Address::Command(words) => {
+            Address::Command(words) | Address::Process(words) => {
                 write!(f, "{}", shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" ")))
             }
             Address::Url(uri) => write!(f, "{uri}"),
@@ -99,6 +128,8 @@ pub struct Hook {
     /// Answers with a field the protocol does not have are refused.
     pub strict: bool,
     client: Option<Client<Https, Full<bytes::Bytes>>>,
+    /// A long-running hook's processes.
+    pool: Option<Pool>,
     /// A CA, a client certificate or an Authorization header, read from the cluster.
     security: Option<Secured>,
 }
@@ -111,13 +142,25 @@ impl Hook {
 
     pub fn versioned(target: Address, timeout: Duration, version: Version, strict: bool) -> anyhow::Result<Self> {
         let client = match &target {
-            Address::Command(_) | Address::ServiceProxy { .. } => None,
+            Address::Command(_) | Address::Process(_) | Address::ServiceProxy { .. } => None,
             Address::Url(_) => {
                 let https = super::security::plain_https().map_err(|err| anyhow::anyhow!("TLS: {err}"))?;
                 Some(Client::builder(TokioExecutor::new()).build(https))
             }
         };
-        Ok(Hook { target, timeout, version, strict, client, security: None })
+        let pool = match &target {
+            Address::Process(words) => Some(Pool::new(words.clone(), 1)),
+            _ => None,
+        };
+        Ok(Hook { target, timeout, version, strict, client, pool, security: None })
+    }
+
+    /// Lets a long-running hook run up to `most` processes at once (one unless told).
+    pub fn processes(mut self, most: usize) -> Self {
+        if let Address::Process(words) = &self.target {
+            self.pool = Some(Pool::new(words.clone(), most));
+        }
+        self
     }
 
     /// Calls the hook with the CA, client certificate and Authorization header `security` names.
@@ -137,6 +180,10 @@ impl Hook {
         let body = serde_json::to_vec(request).expect("a request is JSON");
         let answer = match &self.target {
             Address::Command(words) => self.run(words, object, body).await?,
+            Address::Process(_) => {
+                let pool = self.pool.as_ref().expect("a long-running hook has a pool");
+                pool.call(object, &body, self.timeout, MAX_ANSWER).await?
+            }
             Address::Url(uri) => self.post(uri, body).await?,
             Address::ServiceProxy { client, path, .. } => self.proxy(client, path, body).await?,
         };
@@ -144,17 +191,7 @@ impl Hook {
     }
 
     async fn run(&self, words: &[String], object: &str, stdin: Vec<u8>) -> Result<Vec<u8>, String> {
-        let mut command = tokio::process::Command::new(&words[0]);
-        command
-            .args(&words[1..])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so that on a timeout everything it started is killed with it, and a
-            // Ctrl-C meant for samplectl does not cut a hook short before samplectl decides to stop.
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|err| format!("cannot be started: {err}"))?;
+        let mut child = spawn(words)?;
         let pid = child.id();
         let (mut input, mut output, errors) = (
             child.stdin.take().expect("stdin is piped"),

@@ -9,6 +9,7 @@
 mod close_notify;
 pub mod graph;
 pub mod hook;
+mod process;
 pub mod sample;
 pub mod security;
 pub mod shell_hook;
