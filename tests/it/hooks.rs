@@ -524,6 +524,47 @@ fn a_long_running_hook_serves_parent_after_parent_and_fails_one_at_a_time() {
     }
 }
 
+/// A hook's child is created with a POST, so its fields are first owned by that create; before its first
+/// apply they are made samplectl's applied ones, so that the apply drops what the hook no longer answers
+/// (here the Service's old port, which would otherwise stay beside the new one).
+#[test]
+fn a_hook_childs_first_apply_drops_what_its_create_wrote() {
+    let _cluster = crate::support::shared();
+    example_crds();
+    let ns = Namespace::new("hook-first-apply");
+    let hook = "python3 tests/fixtures/hook-service.py";
+    let once =
+        || samplectl(&["reconcile", "-n", &ns.0, "--gvr", NOTES, "--child", "v1/services", "--hook", hook, "--once"]);
+    let ports = || {
+        let service = get(&ns.0, "service", "note-n").expect("the Service");
+        let ports: Vec<Value> =
+            service["spec"]["ports"].as_array().unwrap().iter().map(|p| p["port"].clone()).collect();
+        (ports, service)
+    };
+    apply(&ns.0, &note("n", "ab"));
+    once().success();
+    let (created, service) = ports();
+    assert_eq!(created, [json!(1002)]);
+    let managers = |service: &Value| -> Vec<(String, String)> {
+        service["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["manager"].as_str().unwrap().to_owned(), e["operation"].as_str().unwrap().to_owned()))
+            .collect()
+    };
+    let with_fields = kubectl_json(&["get", "service", "note-n", "-n", &ns.0, "--show-managed-fields"]);
+    assert_eq!(managers(&with_fields), [("samplectl".to_owned(), "Update".to_owned())], "{service}");
+
+    apply(&ns.0, &note("n", "abcd"));
+    let run = once();
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert_eq!(ports().0, [json!(1004)], "the old port is gone");
+    let with_fields = kubectl_json(&["get", "service", "note-n", "-n", &ns.0, "--show-managed-fields"]);
+    assert_eq!(managers(&with_fields), [("samplectl".to_owned(), "Apply".to_owned())]);
+    assert_eq!(get(&ns.0, "note", "n").unwrap()["status"]["length"], 4);
+}
+
 /// Leader election, metrics and JSON logs work with a hook as with the built-in sync.
 #[test]
 fn hooks_run_with_leader_election_metrics_and_json_logs() {

@@ -16,6 +16,7 @@ use crate::controller::rules::child_write::{ChildWrite, look_again, next_write, 
 use crate::controller::rules::children::{ChildKey, Observed, Update, conflict_message, controlled_by};
 use crate::controller::rules::selector::LabelSelector;
 use crate::controller::rules::status::Readiness;
+use crate::controller::sync::Syncer;
 
 /// What writing one child came to.
 enum ChildOutcome {
@@ -128,13 +129,15 @@ impl Context {
         self.definition.sync.field_managers().0
     }
 
-    /// Makes the fields of a child just created samplectl's applied ones (`rules::child_write::
-    /// owned_as_applied`), for a hook's or a graph's children, whose wanted fields change. A failure only means a later apply cannot drop what this create wrote: said in
-    /// the log, not a failed reconcile.
+    /// Makes the fields of a graph's child just created samplectl's applied ones (`rules::child_write::
+    /// owned_as_applied`), as kro's children are from their start. A failure only means a later apply
+    /// cannot drop what this create wrote: said in the log, not a failed reconcile.
+    ///
+    /// A hook's children are turned only before their first apply (`turned_before_apply`): most are
+    /// never updated, and metacontroller's own creates leave them owned by their create too. The Sample
+    /// sync always wants the same fields of its ConfigMap, so nothing it wrote ever needs dropping.
     async fn own_as_applied(&self, api: &kube::Api<DynamicObject>, created: &DynamicObject) {
-        // The Sample sync always wants the same fields of its ConfigMap: nothing it wrote ever needs
-        // dropping, so its creates are spared the extra request.
-        if matches!(self.definition.sync, crate::controller::sync::Syncer::Sample) {
+        if !matches!(self.definition.sync, crate::controller::sync::Syncer::Graph(_)) {
             return;
         }
         let Some(patch) = owned_as_applied(created, self.child_manager()) else { return };
@@ -144,6 +147,26 @@ impl Context {
         if let Err(failed) = patched {
             tracing::debug!("{name}: its fields stay owned by its create: {}", failed.message());
         }
+    }
+
+    /// Before a hook's child is first applied: its fields still owned by its create are made samplectl's
+    /// applied ones (`owned_as_applied`), so that the apply can drop what the sync no longer wants. The
+    /// watch's copy carries no managed fields, so the child is read again; the turn is made only on a
+    /// child the parent still controls, guarded by the version read. The copy read (or turned) comes back
+    /// to decide on again; `None` when the child is gone.
+    async fn turned_before_apply(
+        &self,
+        api: &kube::Api<DynamicObject>,
+        name: &str,
+        parent_uid: &str,
+    ) -> Result<Option<DynamicObject>, Failed> {
+        let Some(fresh) = bounded(api.get_opt(name)).await? else { return Ok(None) };
+        let ours = controlled_by(&fresh.metadata, parent_uid) && fresh.metadata.deletion_timestamp.is_none();
+        let Some(patch) = owned_as_applied(&fresh, self.child_manager()).filter(|_| ours) else {
+            return Ok(Some(fresh));
+        };
+        let patch = serde_json::from_value::<json_patch::Patch>(patch).expect("owned_as_applied makes a JSON patch");
+        self.send(api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))).await.map(Some)
     }
 
     /// Writes one child: the copy in hand decides first (`rules::child_write`), then the live object at
@@ -160,7 +183,7 @@ impl Context {
         let api = self.child_api(key.kind, &key.namespace);
         let parent_uid = uid(parent);
         let kind = &self.definition.family.children[key.kind].ar.kind;
-        let (mut seen, mut adopted) = (seen, false);
+        let (mut seen, mut adopted, mut turned) = (seen, false, false);
         let left = |adopted: bool| Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
         let attempts = if adopt.is_some() { 4 } else { 3 };
         for attempt in 0..attempts {
@@ -201,8 +224,10 @@ impl Context {
                         .map_err(|err| (format!("writing its {kind}"), Failed::Api(kube::Error::SerdeError(err))))?;
                     let params =
                         PostParams { field_manager: Some(self.child_manager().into()), ..PostParams::default() };
+                    crate::controller::stages::reached("create sent", &object.metadata);
                     match self.send(api.create(&params, &object)).await {
                         Ok(created) => {
+                            crate::controller::stages::reached("create answered", &created.metadata);
                             self.own_as_applied(&api, &created).await;
                             Ok(ChildOutcome::Created)
                         }
@@ -223,6 +248,17 @@ impl Context {
                             };
                         }
                         // A stale copy: read again below.
+                        Err(failed) => Err(failed),
+                    }
+                }
+                ChildWrite::Apply(_) if !turned && matches!(self.definition.sync, Syncer::Hook(_)) => {
+                    turned = true;
+                    match self.turned_before_apply(&api, &key.name, &parent_uid).await {
+                        // Decided again on the copy read or turned, applied next time round.
+                        Ok(now) => {
+                            seen = now;
+                            continue;
+                        }
                         Err(failed) => Err(failed),
                     }
                 }
