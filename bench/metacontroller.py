@@ -6,6 +6,7 @@ created in a burst, requests per minute once converged, resident memory with ten
 samplectl's built-in Sample sync beside the same controller as a URL hook."""
 
 import concurrent.futures
+import datetime
 import http.server
 import importlib.util
 import json
@@ -17,7 +18,7 @@ import time
 
 from kube import delete_namespace, fresh_namespace, namespaced
 from procs import Proc
-from scenarios import burst, one_at_a_time, requests_over
+from scenarios import Floor, burst, one_at_a_time, requests_over
 
 HOOK_PORT = 18099
 HOOK_URL = f"http://127.0.0.1:{HOOK_PORT}/sync"
@@ -96,14 +97,43 @@ def kind_crd(i):
                                                               "x-kubernetes-preserve-unknown-fields": True}}}]}}
 
 
-def start(bench, engine, ns, label):
+# samplectl's trace of each reaction's stages (src/controller/stages.rs), in JSON log lines with their times.
+STAGES_ENV = {"RUST_LOG": "warn,samplectl=info,samplectl::stages=trace"}
+STAGES = ["received", "queued", "started", "synced", "create sent", "create answered"]
+
+
+def start(bench, engine, ns, label, stages=False):
+    env = bench.env
     if engine == "samplectl":
         args = [bench.bins["samplectl"], "reconcile", "--from-cluster", "--watch", "-n", ns]
     elif engine == "built-in":
         args = [bench.bins["samplectl"], "reconcile", "--watch", "-n", ns]
     else:
         args = [bench.bins["metacontroller"], "--kubeconfig", bench.env["KUBECONFIG"], *METACONTROLLER_ARGS]
-    return Proc(args, bench.env, os.path.join(bench.log_dir, f"metacontroller-{label}.log"))
+    if stages and engine != "metacontroller":
+        args.extend(["--log-format", "json"])
+        env = dict(bench.env, **STAGES_ENV)
+    return Proc(args, env, os.path.join(bench.log_dir, f"metacontroller-{label}.log"))
+
+
+def stage_times(log_path, marks):
+    """Each Sample's stages from samplectl's JSON log, as seconds after its create returned, with `seen`
+    (its ConfigMap seen by the bench) last: {name: {stage: seconds}}. The first time each stage is reached
+    counts (a later one is a re-reconcile of the same parent, or its ConfigMap of the same name)."""
+    reached = {}
+    with open(log_path) as f:
+        for line in f:
+            if '"samplectl::stages"' not in line:
+                continue
+            entry = json.loads(line)
+            at = datetime.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+            reached.setdefault(entry["name"], {}).setdefault(entry["stage"], at)
+    out = {}
+    for name, (created, latency) in marks.items():
+        times = {stage: at - created for stage, at in reached.get(name, {}).items()}
+        times["seen"] = latency
+        out[name] = times
+    return out
 
 
 def put_controllers(api, controllers):
@@ -121,7 +151,7 @@ def engines(bench):
     return ["samplectl", "metacontroller"] if "metacontroller" in bench.bins else ["samplectl"]
 
 
-def metacontroller(bench, count, size, controllers, per_controller, window, log):
+def metacontroller(bench, count, size, controllers, per_controller, window, log, runs=1):
     if "metacontroller" not in bench.bins:
         log("metacontroller: no binary (set METACONTROLLER_SRC to a v4.17.2 checkout); only samplectl is measured")
     subprocess.run([bench.bins["samplectl"], "install-crd", "--metacontroller"], env=bench.env, check=True,
@@ -131,7 +161,8 @@ def metacontroller(bench, count, size, controllers, per_controller, window, log)
     try:
         put_controllers(bench.api, [controller("samples", "example.com", "v1alpha1", "samples")])
         for engine in engines(bench) + ["built-in"]:
-            out[engine] = samples_rows(bench, engine, count, size, window, log)
+            out[engine] = samples_rows(bench, engine, count, runs, size, window, log)
+        out["minimal"] = {"reaction_runs": reaction_runs(bench, "minimal", count, runs, log)[0]}
         put_controllers(bench.api, [])
         for i in range(controllers):
             plural, crd = kind_crd(i)
@@ -147,14 +178,48 @@ def metacontroller(bench, count, size, controllers, per_controller, window, log)
     return out
 
 
-def samples_rows(bench, engine, count, size, window, log):
-    """Reaction (Samples created one at a time: create returned -> ConfigMap seen), then convergence of
-    `size` Samples created in a burst (-> all Ready), requests per minute after that, and memory."""
+class Minimal:
+    """The minimal client of scenario 2 (watch Samples, apply each one's ConfigMap, read nothing), in the
+    bench's process, started and stopped as an engine is."""
+
+    def __init__(self, bench, ns):
+        self.floor = Floor(bench.api, ns, 1)
+
+    def check_alive(self):
+        pass
+
+    def stop(self):
+        self.floor.stop()
+
+
+def reaction_runs(bench, engine, count, runs, log):
+    """`runs` reaction runs, each in a fresh namespace with the engine started afresh: the latencies of each."""
+    out, stages = [], None
+    for run in range(runs):
+        # samplectl's stages are traced in its last run only, so that the runs before show what tracing costs.
+        traced = engine == "samplectl" and run == runs - 1
+        label = f"reaction-{engine}-{run}"
+
+        def begin(ns):
+            return Minimal(bench, ns) if engine == "minimal" else start(bench, engine, ns, label, stages=traced)
+        marks = {} if traced else None
+        latencies = one_at_a_time(bench, f"bench-mc-react-{engine}-{run}", count, begin, warm_up_timeout=180,
+                                  marks=marks)
+        if traced:
+            stages = stage_times(os.path.join(bench.log_dir, f"metacontroller-{label}.log"), marks)
+        out.append(latencies)
+        log(f"metacontroller scenario, {engine} reaction run {run}: median "
+            f"{sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms")
+    return out, stages
+
+
+def samples_rows(bench, engine, count, runs, size, window, log):
+    """Reaction (Samples created one at a time: create returned -> ConfigMap seen, over `runs` runs), then
+    convergence of `size` Samples created in a burst (-> all Ready), requests per minute after that, and
+    memory."""
     rows = {}
-    rows["reaction"] = one_at_a_time(bench, f"bench-mc-react-{engine}", count,
-                                     lambda ns: start(bench, engine, ns, f"reaction-{engine}"), warm_up_timeout=180)
-    latencies = rows["reaction"]
-    log(f"metacontroller scenario, {engine} reaction: median {sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms")
+    rows["reaction_runs"], rows["stages"] = reaction_runs(bench, engine, count, runs, log)
+    rows["reaction"] = [x for run in rows["reaction_runs"] for x in run]
 
     ns = f"bench-mc-converge-{engine}"
     rows["converge_seconds"], proc = burst(bench, ns, size, lambda ns: start(bench, engine, ns, f"converge-{engine}"),

@@ -330,12 +330,15 @@ CONVERGENCE_SETUPS = [
 ]
 
 
-def convergence(bench, sizes, reps, log):
+def convergence(bench, sizes, reps, log, only_ours=()):
     """Scenario 3: n Samples created in one burst with the controller already running; time from the
-    first create to the last Sample reported Ready, as our own watch on Samples sees it."""
+    first create to the last Sample reported Ready, as our own watch on Samples sees it. For the sizes in
+    `only_ours`, samplectl's defaults and the floor only."""
     out = {}
     for n in sizes:
         for label, driver, opts in CONVERGENCE_SETUPS:
+            if n in only_ours and not (driver == "floor" or label.endswith("(default)") and driver == "watch"):
+                continue
             runs = []
             for rep in range(reps.get(n, 1)):
                 ns = f"bench-converge-{n}-{rep}"
@@ -587,13 +590,17 @@ def sizing(bench, sizes, value_kib, log):
 PYTHON = os.path.realpath(sys.executable)
 SAMPLE_HOOK = ["--gvr", "example.com/v1alpha1/samples", "--child", "v1/configmaps",
                "--hook", f"{PYTHON} -S examples/hooks/sample/sync.py"]
-HOOK_SETUPS = [("built-in", []), ("hook", SAMPLE_HOOK)]
+# The same hook long-running (`--hook-process`): one Python process serving a request per line, with up to
+# --concurrency of them while every one is busy.
+SAMPLE_HOOK_PROCESS = SAMPLE_HOOK[:-2] + ["--hook-process", f"{PYTHON} -S examples/hooks/sample/sync.py --lines"]
+HOOK_SETUPS = [("built-in", []), ("hook", SAMPLE_HOOK), ("hook-process", SAMPLE_HOOK_PROCESS)]
 
 
-def one_at_a_time(bench, ns, count, start, warm_up_timeout=120):
+def one_at_a_time(bench, ns, count, start, warm_up_timeout=120, marks=None):
     """Reaction in a fresh namespace `ns`: the controller `start(ns)` gives, one warm-up Sample, then `count`
     Samples created one at a time, each timed from its create returning to its ConfigMap seen by the bench's
-    own watch. The namespace is deleted after; returns the latencies in seconds."""
+    own watch. The namespace is deleted after; returns the latencies in seconds. With `marks`, a dict, each
+    Sample's name is mapped to the wall-clock time its create returned and its latency."""
     fresh_namespace(bench.api, ns)
     seen = Seen()
     watch = Watch(bench.api, namespaced(ns, "configmaps"), seen)
@@ -605,8 +612,10 @@ def one_at_a_time(bench, ns, count, start, warm_up_timeout=120):
     for i in range(count):
         name = f"r-{i:03}"
         bench.api.request("POST", samples_path(ns), sample_body(name, str(i)))
-        created = time.monotonic()
+        created, wall = time.monotonic(), time.time()
         latencies.append(max(0.0, seen.wait(name, timeout=60) - created))
+        if marks is not None:
+            marks[name] = (wall, latencies[-1])
     watch.stop()
     proc.check_alive()
     proc.stop()

@@ -29,4 +29,5 @@ pub mod run;
 pub mod serve;
 pub mod settings;
 pub mod shard;
+pub mod stages;
 pub mod sync;

@@ -370,7 +370,9 @@ impl Context {
             }
             None => {
                 let inputs = Inputs { parent: &parent, children: &children, related: &related, finalizing };
-                let answer = match self.definition.sync.call(&self.definition.family, inputs, &now()).await {
+                let answer = self.definition.sync.call(&self.definition.family, inputs, &now()).await;
+                crate::controller::stages::reached("synced", &parent.metadata);
+                let answer = match answer {
                     Ok(answer) => answer,
                     Err(problem) => return Err(self.sync_failed(&parent, problem)),
                 };

@@ -310,7 +310,10 @@ impl<K: Fed> Running<K> {
                 self.listing = true;
                 true
             }
-            watcher::Event::InitApply(object) | watcher::Event::Apply(object) => self.cache.apply(object),
+            watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
+                crate::controller::stages::reached("received", object.meta());
+                self.cache.apply(object)
+            }
             watcher::Event::Delete(object) => self.cache.delete(object),
             watcher::Event::InitDone => {
                 let (gone, kept) = self.cache.listed();

@@ -344,6 +344,7 @@ impl Work {
             tokio::select! {
                 trigger = triggers.next(), if triggers_open => match trigger {
                     Some((places, lane)) => for place in places {
+                        crate::controller::stages::reached_by("queued", &place.namespace, &place.name);
                         queue.add(place, lane);
                     },
                     None => triggers_open = false,
@@ -390,6 +391,7 @@ async fn reconcile(shared: Arc<Shared>, place: Place) -> Ended {
     let ended = |again, not_ready, wrote| Ended { place: place.clone(), again, not_ready, wrote };
     // Deleted after it was triggered: nothing left to do.
     let Some(parent) = shared.parents.get(&place) else { return ended(None, None, false) };
+    crate::controller::stages::reached("started", &parent.metadata);
     let children = shared.children_of(&place);
     let ctx = &shared.ctx;
     let result = ctx.reconcile(&parent, children).await;
