@@ -66,7 +66,7 @@ pub struct ReconcileArgs {
     /// Share the parents among every replica started with this ring name: each holds a Lease of its own
     /// and reconciles the parents labelled for it; one of them labels each parent by consistent hashing
     /// and moves parents as replicas come and go (in place of --leader-elect)
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["leader_elect", "once", "from_cluster"])]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["leader_elect", "once"])]
     pub shard_ring: Option<String>,
 
     /// This replica's name in the ring and on its Lease (default: POD_NAME, or the hostname); the labels

@@ -30,6 +30,7 @@ use super::engine::{Context, Definition, Writer};
 use super::reconciling::{Driving, Reconciling};
 use super::rules::graph::rgd::Features;
 use super::serve::Serving;
+use super::shard::controllers::Controllers;
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
 use crate::cluster::scope;
@@ -46,6 +47,9 @@ pub struct Fleet {
     pub writer: Writer,
     /// kro's feature gates, for its ResourceGraphDefinitions.
     pub kro_features: Features,
+    /// With `--shard-ring`: the controllers whose parents the ring shares, kept as controller objects
+    /// start and stop (the writer names this member).
+    pub ring: Option<Controllers>,
 }
 
 /// A controller object, as kind and name.
@@ -58,6 +62,8 @@ struct Running {
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<()>>,
     contexts: Vec<Arc<Context>>,
+    /// Their ids in the ring's controllers.
+    in_ring: Vec<u64>,
 }
 
 /// What the fleet holds while it runs.
@@ -183,8 +189,10 @@ impl State<'_> {
                 );
                 let contexts: Vec<Arc<Context>> = reconciling.controllers.iter().map(|(c, _)| c.clone()).collect();
                 self.serving.health.expect_more(contexts.len());
+                let in_ring =
+                    self.fleet.ring.as_ref().map(|ring| ring.add(&reconciling.controllers)).unwrap_or_default();
                 let task = tokio::spawn(reconciling.run(stopped));
-                self.running.insert(key, Running { version, stop, task, contexts });
+                self.running.insert(key, Running { version, stop, task, contexts, in_ring });
             }
             Err(err) => {
                 let text = format!("{err:#}");
@@ -239,6 +247,9 @@ impl State<'_> {
         self.failed.remove(key);
         self.defining.remove(key);
         let Some(running) = self.running.remove(key) else { return };
+        if let Some(ring) = &self.fleet.ring {
+            ring.remove(&running.in_ring);
+        }
         let _ = running.stop.send(true);
         match running.task.await {
             Ok(Ok(())) => {}
@@ -262,6 +273,14 @@ async fn define(
     object: &DynamicObject,
 ) -> Result<Option<Vec<Definition>>> {
     if kind == rgd::KIND {
+        if writer.member.is_some() {
+            bail!(
+                "cannot run ResourceGraphDefinition {:?} in a shard ring: its graph, CRD and revisions are written once \
+                 for all members, which the ring does not arrange yet; run ResourceGraphDefinitions in a replica without \
+                 --shard-ring (--leader-elect for more than one)",
+                object.metadata.name.as_deref().unwrap_or_default()
+            );
+        }
         return match rgd::define(conn, api, object, (writer, features)).await {
             Ok(Outcome::Run(definition)) => Ok(Some(vec![*definition])),
             Ok(Outcome::Deleted) => Ok(None),

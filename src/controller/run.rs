@@ -27,6 +27,7 @@ use super::serve::metrics::Metrics;
 use super::serve::metrics_access::MetricsAccess;
 use super::serve::{Secure, Serving, serve_health, serve_metrics, tls};
 use super::settings::{Driver, Serve, Settings, Sharding, Source};
+use super::shard::controllers::Controllers;
 use super::shard::coordinator::{Coordinator, Members};
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
@@ -51,8 +52,17 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     // Everything is resolved and checked before anything is served or written.
     let plan = match source {
         Source::Cluster { selector } => {
-            let writer = Writer { member: None, fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default() };
-            Plan::Fleet(Fleet { selector, namespace: namespace.clone(), driving, writer, kro_features })
+            let (writer, ring) = match &sharding {
+                Some(sharding) => (
+                    Writer { member: Some(sharding.member.clone()), fence: Fence::closed() },
+                    Some(Controllers::default()),
+                ),
+                None => (
+                    Writer { member: None, fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default() },
+                    None,
+                ),
+            };
+            Plan::Fleet(Fleet { selector, namespace: namespace.clone(), driving, writer, kro_features, ring })
         }
         Source::HooksDir { dir, tmp_dir, webhooks } => Plan::Hooks(Hooks {
             hooks: hooks_dir::load(&dir).await?,
@@ -79,7 +89,14 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     let stop = stop_on_signal();
     let result = match plan {
         Plan::Observe(target) => observe(conn, target, driving, &serving, stop).await,
-        Plan::Fleet(fleet) => lead_or_run(conn, election, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await,
+        Plan::Fleet(fleet) => match (sharding, fleet.ring.clone()) {
+            (Some(sharding), Some(controllers)) => {
+                let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
+                let member = Membership { sharding, fence: fleet.writer.fence.clone(), hub, controllers };
+                shard_then_reconcile(conn, member, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await
+            }
+            _ => lead_or_run(conn, election, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await,
+        },
         Plan::Hooks(hooks) => {
             serving.health.synced();
             // The webhooks are served by every replica, a standby too, from the start.
@@ -98,8 +115,9 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
                 Reconciling::new(conn, definitions, namespace.as_deref(), driving, &writer, &serving, &hub);
             match sharding {
                 Some(sharding) => {
-                    let member = Membership { sharding, fence: writer.fence, hub };
-                    shard_then_reconcile(conn, member, reconciling, &serving, stop, shutdown_timeout).await
+                    let controllers = Controllers::of(&reconciling.controllers);
+                    let member = Membership { sharding, fence: writer.fence, hub, controllers };
+                    shard_then_reconcile(conn, member, Work::Fixed(reconciling), &serving, stop, shutdown_timeout).await
                 }
                 None => lead_or_run(conn, election, Work::Fixed(reconciling), &serving, stop, shutdown_timeout).await,
             }
@@ -180,6 +198,8 @@ struct Membership {
     sharding: Sharding,
     fence: Fence,
     hub: Arc<Hub>,
+    /// The controllers whose parents the ring shares, as they are now.
+    controllers: Controllers,
 }
 
 /// Runs `work`, under the leader election when one is asked for.
@@ -344,8 +364,8 @@ async fn lead_then_reconcile(
 /// then the Lease is released, so that the coordinator moves this member's parents at once.
 async fn shard_then_reconcile(
     conn: &Connection,
-    Membership { sharding, fence, hub }: Membership,
-    reconciling: Reconciling,
+    Membership { sharding, fence, hub, controllers }: Membership,
+    work: Work,
     serving: &Serving,
     mut stop: watch::Receiver<bool>,
     shutdown_timeout: Duration,
@@ -394,7 +414,7 @@ async fn shard_then_reconcile(
         lease_namespace: lease_namespace.clone(),
         lease_duration,
         retry_period,
-        controllers: reconciling.controllers.clone(),
+        controllers,
         fence: coordinator_fence.clone(),
     };
     let (stop_coordinating, coordinating) = watch::channel(false);
@@ -403,7 +423,7 @@ async fn shard_then_reconcile(
     let coordination = tokio::spawn(coordinate(coordinator, candidacy, coordinating));
 
     let mut holding = membership.leading.clone();
-    let work = drain_within(reconciling.run(stop.clone()), stop, shutdown_timeout);
+    let work = drain_within(work.run(conn, serving, stop.clone()), stop, shutdown_timeout);
     let result = tokio::select! {
         result = work => result,
         _ = holding.wait_for(|held| !*held) => {

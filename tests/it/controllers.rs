@@ -35,7 +35,7 @@ fn crd(plural: &str, kind: &str) -> Value {
 }
 
 /// The test's CRDs, applied once per run and never deleted (tests side by side share them).
-fn crds() {
+pub fn crds() {
     static APPLIED: std::sync::Once = std::sync::Once::new();
     APPLIED.call_once(|| {
         for (plural, kind) in [("keepers", "Keeper"), ("tallies", "Tally"), ("fleets", "Fleet"), ("workers", "Worker")]
@@ -48,9 +48,9 @@ fn crds() {
 }
 
 /// The keys hook (tests/fixtures/keys-hook.py) on a port of its own, stopped when dropped.
-struct HookServer {
+pub struct HookServer {
     child: std::process::Child,
-    url: String,
+    pub url: String,
 }
 
 impl HookServer {
@@ -58,7 +58,7 @@ impl HookServer {
         Self::of("tests/fixtures/keys-hook.py")
     }
 
-    fn of(script: &str) -> Self {
+    pub fn of(script: &str) -> Self {
         let port = free_port();
         let child = std::process::Command::new("python3").args([script, &port.to_string()]).spawn().unwrap();
         eventually(SOON, "the hook server", || {
@@ -346,7 +346,7 @@ fn customize_hooks_feed_related_objects_and_their_changes_resync() {
 /// A DecoratorController of Tallies labelled `decorate=yes` and of ClusterRoles annotated
 /// `samplectl-test/decorate=<ns>`, each given a ConfigMap attachment, synced (and with `finalize`
 /// finalized) by the hook at `url`.
-fn decorator(name: &str, ns: &str, url: &str, finalize: bool) -> Value {
+pub fn decorator(name: &str, ns: &str, url: &str, finalize: bool) -> Value {
     let mut dc = json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1",
         "kind": "DecoratorController",

@@ -1097,3 +1097,42 @@ fn a_fleet_that_may_list_nothing_says_it_is_forbidden() {
     assert!(run.stderr.contains("User \"fleet-nobody\" cannot list resource"), "{run:#?}");
     assert!(!run.stderr.contains("are installed in this cluster"), "{run:#?}");
 }
+
+/// A shard member does not run ResourceGraphDefinitions yet (their graph, CRD and revisions would be
+/// written by every member): it says so for each one, and writes nothing to it.
+#[test]
+fn a_shard_member_says_it_does_not_run_graphs_and_leaves_them_alone() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-sharded");
+    let name = format!("samplectl-it-sharded-{}", ns.0);
+    let schema =
+        json!({"apiVersion": "v1alpha1", "kind": "GraphSharded", "group": "graphs.samplectl.test", "spec": {}});
+    let cm = json!({"id": "only", "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}});
+    apply("default", &rgd(&name, &ns.0, schema, json!([cm])));
+    let label = format!("samplectl-test={}", ns.0);
+    let member = Background::start(&[
+        "reconcile",
+        "--from-cluster",
+        "--target-label-selector",
+        &label,
+        "-n",
+        &ns.0,
+        "--watch",
+        "--shard-ring",
+        &ns.0,
+        "--shard-member",
+        "m1",
+        "--leader-election-namespace",
+        &ns.0,
+    ]);
+    let said = format!("cannot run ResourceGraphDefinition \"{name}\" in a shard ring");
+    eventually(SOON, "the refusal said", || match member.stderr().contains(&said) {
+        true => Ok(()),
+        false => Err(member.stderr()),
+    });
+    let object = get("rgd", &name, None).unwrap();
+    assert!(object["metadata"].get("finalizers").is_none() && object.get("status").is_none(), "{object}");
+    drop(member);
+    forget_rgds(&[&name]);
+}

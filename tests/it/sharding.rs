@@ -171,11 +171,11 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
 #[test]
 fn bad_shard_settings_are_refused_with_their_reason() {
     let cases: [(&[&str], &str); 5] = [
+        (&["--shard-ring", "r", "--once"], "cannot be used with"),
         (&["--shard-ring", "No.Dots"], "--shard-ring \"No.Dots\" is not a valid ring name"),
         (&["--shard-ring", "r", "--shard-member", "Upper_Case"], "the shard member name \"Upper_Case\" cannot be used"),
         (&["--shard-ring", "r", "--leader-elect"], "cannot be used with"),
         (&["--shard-member", "m"], "--shard-ring"),
-        (&["--shard-ring", "r", "--from-cluster"], "cannot be used with"),
     ];
     for (args, message) in cases {
         let mut all = vec!["reconcile"];
@@ -276,5 +276,156 @@ fn a_sharded_install_may_label_samples_and_change_nothing_else() {
     for m in &members {
         let log = m.stderr();
         assert!(!log.contains("Forbidden") && !log.contains("denied"), "{log}");
+    }
+}
+
+/// `--from-cluster --shard-ring`: three members run every controller object stored in the cluster (a
+/// CompositeController over Samples, and a DecoratorController of a built-in kind added while they run),
+/// each reconciling its share of every controller's parents, while Samples are created and changed, one
+/// member is killed and another joins. At the end every parent is right and on a live member, and the
+/// audit log shows no Sample written for by two members at overlapping times.
+#[test]
+fn controller_objects_from_the_cluster_are_shared_by_every_member() {
+    use crate::controllers::{HookServer, crds, decorator};
+    let _cluster = crate::support::shared();
+    samplectl(&["install-crd"]).success();
+    samplectl(&["install-crd", "--metacontroller"]).success();
+    crds();
+    let ns = Namespace::new("shard-fleet");
+    let ring = ns.0.clone();
+    let target = format!("samplectl-test={}", ns.0);
+    let samples_hook = HookServer::of("tests/fixtures/sample-hook-server.py");
+    let decorator_hook = HookServer::of("tests/fixtures/decorator-hook.py");
+    let with_target = |mut object: Value| {
+        object["metadata"]["labels"] = json!({"samplectl-test": ns.0});
+        object
+    };
+    let composite = with_target(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": format!("samples-{}", ns.0)},
+        "spec": {
+            "parentResource": {"apiVersion": "example.com/v1alpha1", "resource": "samples"},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": samples_hook.url}}},
+        },
+    }));
+    crate::support::apply("default", &composite);
+    let member = |name: &str| {
+        let mut args = vec!["reconcile", "--from-cluster", "--watch", "-n", &ns.0, "--target-label-selector", &target];
+        args.extend(["--shard-ring", &ring, "--shard-member", name, "--leader-election-namespace", &ns.0]);
+        args.extend(TIMINGS);
+        Background::start(&args)
+    };
+    let names = |range: std::ops::Range<usize>| range.map(|i| format!("s{i:03}"));
+    let mut expected: HashMap<String, String> = HashMap::new();
+    let mut record = |range: std::ops::Range<usize>, value: &str| {
+        for name in names(range) {
+            expected.insert(name, value.to_owned());
+        }
+    };
+    let mut members: BTreeMap<&str, Background> = BTreeMap::new();
+    create_samples(&ns.0, names(0..40), "first");
+    record(0..40, "first");
+    for name in ["m1", "m2", "m3"] {
+        members.insert(name, member(name));
+    }
+    create_samples(&ns.0, names(40..80), "first");
+    record(40..80, "first");
+
+    // A DecoratorController of ClusterRoles, added while the members run.
+    let roles: Vec<String> = (0..6).map(|i| format!("samplectl-test-{}-{i}", ns.0)).collect();
+    for role in &roles {
+        let body = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": role, "annotations": {"samplectl-test/decorate": ns.0}}, "rules": []});
+        crate::support::apply("default", &body);
+    }
+    let dc = with_target(decorator(&format!("roles-{}", ns.0), &ns.0, &decorator_hook.url, false));
+    crate::support::apply("default", &dc);
+    let logs = |members: &BTreeMap<&str, Background>| {
+        members.values().map(Background::stderr).collect::<Vec<_>>().join("\n---\n")
+    };
+    eventually(Duration::from_secs(90), "three members hold Samples", || {
+        let held: std::collections::BTreeSet<String> =
+            labels_in(&ns.0, &ring).0.into_values().filter_map(|m| Some(m.split_once('_')?.0.to_owned())).collect();
+        match ["m1", "m2", "m3"].iter().all(|m| held.contains(*m)) {
+            true => Ok(()),
+            false => Err(format!("{held:?}\n{}", logs(&members))),
+        }
+    });
+
+    // m2 killed, m4 joins, Samples created and changed meanwhile.
+    let killed = Timestamp::now();
+    let (_, m2_log) = members.remove("m2").unwrap().stop("KILL", Duration::from_secs(5));
+    let stopped = HashMap::from([(incarnation_in(&m2_log, "m2"), killed)]);
+    create_samples(&ns.0, names(80..110), "first");
+    record(80..110, "first");
+    members.insert("m4", member("m4"));
+    update_samples(&ns.0, names(0..30), "second");
+    record(0..30, "second");
+
+    let live = |incarnation: &str| ["m1_", "m3_", "m4_"].iter().any(|m| incarnation.starts_with(m));
+    let patience = Duration::from_secs(120);
+    eventually(patience, "every Sample on a live member, none draining", || {
+        let (held, draining) = labels_in(&ns.0, &ring);
+        let elsewhere: Vec<_> = held.iter().filter(|(_, m)| !live(m)).collect();
+        match (elsewhere.is_empty(), draining) {
+            (true, 0) => Ok(()),
+            _ => Err(format!(
+                "{} elsewhere ({:?}), {draining} draining\n{}",
+                elsewhere.len(),
+                elsewhere.first(),
+                logs(&members)
+            )),
+        }
+    });
+    eventually(patience, "every Sample Ready with its ConfigMap right", || {
+        crate::support::all_ready(&ns.0, 110).map_err(|e| format!("{e}\n{}", logs(&members)))?;
+        let cms = kubectl_json(&["get", "configmaps", "-n", &ns.0, "-l", "app.kubernetes.io/managed-by=samplectl"]);
+        let wrong: Vec<&str> = expected
+            .iter()
+            .filter(|(name, value)| {
+                let cm = cms["items"].as_array().unwrap().iter().find(|c| c["metadata"]["name"] == name.as_str());
+                cm.is_none_or(|c| c["data"]["testString"] != value.as_str())
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        match wrong.is_empty() {
+            true => Ok(()),
+            false => Err(format!("{} ConfigMaps missing or wrong, e.g. {:?}", wrong.len(), wrong.first())),
+        }
+    });
+    let label = format!("shard.samplectl.io/{ring}");
+    eventually(patience, "every ClusterRole decorated, on a live member, with its attachment", || {
+        for role in &roles {
+            let object = kubectl_json(&["get", "clusterrole", role]);
+            let labels = &object["metadata"]["labels"];
+            let on = labels[&label].as_str().unwrap_or_default();
+            let attached = kubectl(&["get", "configmap", &format!("{role}-decor"), "-n", &ns.0, "--ignore-not-found"]);
+            if labels["decorated"] != "yes" || !live(on) || attached.stdout.trim().is_empty() {
+                return Err(format!("{role}: {object}\n{}", logs(&members)));
+            }
+        }
+        Ok(())
+    });
+
+    // The decorator's attachments move with their ClusterRoles, whose own labels are not in the namespace's
+    // audit: only the Samples and their ConfigMaps are checked here.
+    let writes: Vec<_> = audit::writes(&ns.0, &ring).into_iter().filter(|w| !w.name.ends_with("-decor")).collect();
+    let writers: std::collections::BTreeSet<String> = writes
+        .iter()
+        .filter(|w| w.accepted() && !w.what.ends_with("leases"))
+        .filter_map(|w| Some(w.process.split_once('_')?.0.to_owned()))
+        .collect();
+    assert!(writers.len() >= 3, "the members wrote: {writers:?}");
+    let found = interleavings(&writes, &stopped);
+    assert!(found.is_empty(), "{} interleaved writes, e.g. {:?}", found.len(), &found[..found.len().min(5)]);
+    for name in ["CompositeController", "DecoratorController"] {
+        let plural = format!("{}s.metacontroller.k8s.io", name.to_lowercase());
+        let object =
+            if name == "CompositeController" { format!("samples-{}", ns.0) } else { format!("roles-{}", ns.0) };
+        kubectl(&["delete", &plural, &object, "--wait=false"]).success();
+    }
+    for role in &roles {
+        kubectl(&["delete", "clusterrole", role, "--wait=false"]).success();
     }
 }

@@ -33,10 +33,10 @@ use futures::stream::{SelectAll, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -48,6 +48,7 @@ use crate::controller::engine::fence::Fence;
 use crate::controller::engine::request::bounded;
 use crate::controller::rules::ring::Ring;
 use crate::controller::rules::shard::{RING_LABEL, drain_label, lease_prefix, member_label};
+use crate::controller::shard::controllers::{Controller, Controllers, Set};
 
 /// How many label writes the coordinator has in flight at once (a join moves about 1/N of the parents).
 const WRITES: usize = 32;
@@ -256,13 +257,24 @@ pub struct Coordinator {
     pub lease_namespace: String,
     pub lease_duration: Duration,
     pub retry_period: Duration,
-    /// The controllers the process runs, each with the namespace it reconciles (all when `None`).
-    pub controllers: Vec<(Arc<Context>, Option<String>)>,
+    /// The controllers the process runs, each with the namespace it reconciles (all when `None`), as
+    /// they are now: a controller object started later is followed from then on.
+    pub controllers: Controllers,
     /// Open while this replica holds the coordinator's Lease, until the renew deadline.
     pub fence: Fence,
 }
 
-type Key = (usize, Place);
+/// A parent of one controller: the controller's id in the set, and the parent's place.
+type Key = (u64, Place);
+
+/// The parents' metadata of every controller followed.
+type Feeds = SelectAll<futures::stream::BoxStream<'static, (u64, watcher::Event<ObjectMeta>)>>;
+
+/// A controller whose parents are followed, until `_stop` is dropped.
+struct Followed {
+    ctx: Arc<Context>,
+    _stop: oneshot::Sender<()>,
+}
 
 /// The ring's Leases as listed (by member: record and resourceVersion), and when the list was sent.
 type Listing = (Vec<(String, Record, String)>, Instant);
@@ -357,18 +369,12 @@ impl Coordinator {
     /// takes over it already knows how long each has been silent (a member that died with the old
     /// coordinator is given up on a lease duration after it died, not after the takeover).
     pub async fn run(&self, members: &mut Members, mut stop: watch::Receiver<bool>) {
-        let mut feeds = SelectAll::new();
-        for (index, (ctx, namespace)) in self.controllers.iter().enumerate() {
-            let (ar, namespace) = (&ctx.definition.family.parent.ar, namespace.as_deref());
-            // The hub's metadata feeds keep no annotations; a controller that selects by them is fed whole
-            // objects.
-            let events = match ctx.selects_by_annotations() {
-                true => self.hub.objects(ar, namespace, "").1.map(metadata).boxed(),
-                false => self.hub.metadata(ar, namespace, "").map(metadata).boxed(),
-            };
-            feeds.push(events.map(move |event| (index, event)));
-        }
+        let mut feeds = Feeds::new();
         let mut parents: HashMap<Key, Parent> = HashMap::new();
+        let mut set = self.controllers.follow();
+        let mut followed: HashMap<u64, Followed> = HashMap::new();
+        let now = set.borrow_and_update().clone();
+        self.follow(&now, &mut followed, &mut feeds, &mut parents);
         // The parents to decide, in order, each once; a full pass is queued every retry period when none
         // is under way, since members run out with time alone.
         let mut pending = Pending::default();
@@ -415,15 +421,22 @@ impl Coordinator {
                     }
                 }
                 Some(Ok(Some(member))) = forgetting.join_next() => members.forget(&member),
-                Some((index, event)) = feeds.next() => match event {
+                Ok(()) = set.changed() => {
+                    let now = set.borrow_and_update().clone();
+                    self.follow(&now, &mut followed, &mut feeds, &mut parents);
+                }
+                Some((id, event)) = feeds.next() => match event {
                     watcher::Event::Apply(meta) | watcher::Event::InitApply(meta) => {
-                        let key = (index, place(&meta));
-                        let taken = self.controllers[index].0.takes(&meta);
-                        parents.insert(key.clone(), Parent::of(&meta, &self.ring, taken));
-                        pending.first(key);
+                        // A controller stopped since: its feed's last events are of no use.
+                        if let Some(controller) = followed.get(&id) {
+                            let key = (id, place(&meta));
+                            let taken = controller.ctx.takes(&meta);
+                            parents.insert(key.clone(), Parent::of(&meta, &self.ring, taken));
+                            pending.first(key);
+                        }
                     }
                     watcher::Event::Delete(meta) => {
-                        parents.remove(&(index, place(&meta)));
+                        parents.remove(&(id, place(&meta)));
                     }
                     watcher::Event::InitDone => decide_all = true,
                     watcher::Event::Init => {}
@@ -461,7 +474,7 @@ impl Coordinator {
             let Some(view) = &view else { continue };
             while writing.len() < WRITES {
                 let Some(key) = pending.pop() else { break };
-                let Some(parent) = parents.get(&key) else { continue };
+                let (Some(parent), Some(controller)) = (parents.get(&key), followed.get(&key.0)) else { continue };
                 if writing.contains(&key) {
                     continue;
                 }
@@ -470,21 +483,54 @@ impl Coordinator {
                     continue;
                 };
                 writing.insert(key.clone());
-                writes.spawn(self.write(key, the_move, parent.version.clone()));
+                let ar = controller.ctx.definition.family.parent.ar.clone();
+                writes.spawn(self.write(key, ar, the_move, parent.version.clone()));
             }
         }
     }
 
-    /// Makes `the_move` on the parent at `key`, as it was at `version`.
+    /// Follows the parents of the controllers in `now` not followed yet, and stops following (and
+    /// forgets the parents of) those no longer in it.
+    fn follow(
+        &self,
+        now: &Set,
+        followed: &mut HashMap<u64, Followed>,
+        feeds: &mut Feeds,
+        parents: &mut HashMap<Key, Parent>,
+    ) {
+        let gone: Vec<u64> = followed.keys().filter(|id| !now.contains_key(id)).copied().collect();
+        for id in &gone {
+            followed.remove(id);
+        }
+        if !gone.is_empty() {
+            parents.retain(|(id, _), _| !gone.contains(id));
+        }
+        let new: Vec<(&u64, &Controller)> = now.iter().filter(|(id, _)| !followed.contains_key(id)).collect();
+        for (id, (ctx, namespace)) in new {
+            let (ar, namespace) = (&ctx.definition.family.parent.ar, namespace.as_deref());
+            // The hub's metadata feeds keep no annotations; a controller that selects by them is fed whole
+            // objects.
+            let events = match ctx.selects_by_annotations() {
+                true => self.hub.objects(ar, namespace, "").1.map(metadata).boxed(),
+                false => self.hub.metadata(ar, namespace, "").map(metadata).boxed(),
+            };
+            let (stop, stopped) = oneshot::channel();
+            let id = *id;
+            feeds.push(events.take_until(stopped).map(move |event| (id, event)).boxed());
+            followed.insert(id, Followed { ctx: ctx.clone(), _stop: stop });
+        }
+    }
+
+    /// Makes `the_move` on the parent at `key` (of the type `ar`), as it was at `version`.
     fn write(
         &self,
         key: Key,
+        ar: ApiResource,
         the_move: Move,
         version: String,
     ) -> impl Future<Output = (Key, Result<(), String>)> + use<> {
-        let ar = &self.controllers[key.0].0.definition.family.parent.ar;
         let namespace = Some(&*key.1.namespace).filter(|ns| !ns.is_empty());
-        let api = scope::dynamic(self.client.clone(), ar, namespace);
+        let api = scope::dynamic(self.client.clone(), &ar, namespace);
         let body = patch(&the_move, &self.ring, &version);
         let ring = self.ring.clone();
         let fence = self.fence.clone();

@@ -3,4 +3,5 @@
 //! belongs to, and the labels, are rules (`rules::ring`, `rules::shard`); what a member does with a parent
 //! moved away from it is the engine's (`engine::handover`).
 
+pub mod controllers;
 pub mod coordinator;
