@@ -496,11 +496,13 @@ def metacontroller_section(results, w, verdicts, out):
           "(set `METACONTROLLER_SRC`).\n")
     runs = s.get("runs", 1)
     if runs > 1:
-        w(f"Reaction is measured in {runs} runs per engine, each in a fresh namespace with the engine started afresh; "
-          "the percentiles are over all of them, and the last column gives each run's. The minimal client of "
+        w(f"Reaction and the burst are measured in {runs} runs per engine, each in a fresh namespace with the engine "
+          "started afresh; the reaction's percentiles are over all of them, with each run's beside them, and the "
+          "burst's median is given with each run's. The minimal client of "
           "section 2 (the bench's own Python: watch Samples, apply the ConfigMap, then the Event and the status, "
           "reading nothing) is run the same way for reference.\n")
-    w(f"| engine | reaction p50 ms | p90 ms | p99 ms | p50 / p99 per run ms | {s['size']} converge s | idle requests/min "
+    w(f"| engine | reaction p50 ms | p90 ms | p99 ms | p50 / p99 per run ms | {s['size']} converge s (median, each run) "
+      "| idle requests/min "
       f"| RSS MiB | {s['controllers']} controllers: converge s | RSS MiB |")
     w("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     rows, reactions = {}, {}
@@ -519,6 +521,8 @@ def metacontroller_section(results, w, verdicts, out):
         runs_cell = ", ".join(f"{pct(run, 50):.1f} / {pct(run, 99):.1f}" for run in per_run)
         cells = [f"{v:.1f}" for v in reactions[engine]] + [runs_cell]
         cells += [f"{v:.1f}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in rows[engine][2:]]
+        if d.get("converge_runs"):
+            cells[4] += " (" + ", ".join(f"{x:.1f}" for x in d["converge_runs"]) + ")"
         w(f"| {name} | " + " | ".join(cells) + " |")
     w("")
     stages = data.get("samplectl", {}).get("stages")
