@@ -48,8 +48,10 @@ def sync(request):
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--lines"]:
-        # One request per line, one answer per line, flushed at once: samplectl waits for it.
+        # One request per line, one answer per line with the request's id, flushed at once: samplectl
+        # waits for it.
         for line in sys.stdin:
-            print(json.dumps(sync(json.loads(line))), flush=True)
+            request = json.loads(line)
+            print(json.dumps({"id": request["id"], **sync(request)}), flush=True)
     else:
         json.dump(sync(json.load(sys.stdin)), sys.stdout)

@@ -185,7 +185,9 @@ impl Context {
         let kind = &self.definition.family.children[key.kind].ar.kind;
         let (mut seen, mut adopted, mut turned) = (seen, false, false);
         let left = |adopted: bool| Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Unchanged });
-        let attempts = if adopt.is_some() { 4 } else { 3 };
+        // One more for a hook's child, whose first update may begin with its turn (`turned_before_apply`).
+        let attempts =
+            if adopt.is_some() { 4 } else { 3 } + usize::from(matches!(self.definition.sync, Syncer::Hook(_)));
         for attempt in 0..attempts {
             let write = next_write(seen.as_ref(), desired, &parent_uid, adopt, self.update_of(key.kind));
             let result = match &write {
@@ -234,6 +236,19 @@ impl Context {
                         Err(failed) => Err(failed),
                     }
                 }
+                ChildWrite::Apply(_) | ChildWrite::Recreate(_)
+                    if !turned && matches!(self.definition.sync, Syncer::Hook(_)) =>
+                {
+                    turned = true;
+                    match self.turned_before_apply(&api, &key.name, &parent_uid).await {
+                        // Decided again on the copy read or turned, applied next time round.
+                        Ok(now) => {
+                            seen = now;
+                            continue;
+                        }
+                        Err(failed) => Err(failed),
+                    }
+                }
                 ChildWrite::Recreate(body) => {
                     let existing = seen.as_ref().expect("a recreate is of an object");
                     let mut params = PatchParams::apply(self.child_manager()).force();
@@ -248,17 +263,6 @@ impl Context {
                             };
                         }
                         // A stale copy: read again below.
-                        Err(failed) => Err(failed),
-                    }
-                }
-                ChildWrite::Apply(_) if !turned && matches!(self.definition.sync, Syncer::Hook(_)) => {
-                    turned = true;
-                    match self.turned_before_apply(&api, &key.name, &parent_uid).await {
-                        // Decided again on the copy read or turned, applied next time round.
-                        Ok(now) => {
-                            seen = now;
-                            continue;
-                        }
                         Err(failed) => Err(failed),
                     }
                 }
@@ -278,8 +282,8 @@ impl Context {
                 Err(failed) => return Err((format!("writing its {kind}"), failed)),
             }
         }
-        // Only an adoption or a labelling on the last attempt gets here; the write it may still need comes
-        // with the next reconcile, which that write itself triggers.
+        // Only an adoption, a labelling or a turn on the last attempt gets here; the write it may still
+        // need comes with the next reconcile, which that write itself triggers.
         Ok(if adopted { ChildOutcome::Adopted } else { ChildOutcome::Updated })
     }
 

@@ -3,11 +3,13 @@
 //! language pays its start-up once rather than at every reconcile. A process serves one call at a
 //! time; a pool starts more, up to its limit, only when every one it has is busy.
 //!
-//! A process that fails a call is never given another: after a timeout, a crash or an answer that is
-//! not one line of JSON, the lines still to come on its stdout could belong to the call that failed, and
-//! a parent must never be given another parent's answer. It is killed with its process group and the
-//! next call starts a fresh one.
+//! A parent must never be given another parent's answer. Each request carries an `id` the answer must
+//! echo, so a line written for another request (or a log line) is never taken for the answer; and a
+//! process that fails a call (a timeout, a crash, a line that is not its answer, more than one line) is
+//! never given another, since what it writes next could belong to the call that failed. It is killed
+//! with its process group and the next call starts a fresh one.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,11 +23,15 @@ pub struct Pool {
     idle: Mutex<Vec<Worker>>,
     /// One permit per process that may run: a call holds one while it has a process.
     slots: Semaphore,
+    /// The id of the next request.
+    next: AtomicU64,
 }
 
 /// One running process, idle or serving a call.
 struct Worker {
     child: Child,
+    /// Its process group (its own pid), killed with it even once the process itself was reaped.
+    group: Option<u32>,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     /// The parent whose call it serves, for its stderr lines, and its last stderr line since that call began.
@@ -41,12 +47,13 @@ struct Said {
 impl Pool {
     /// A pool running `words`, with at most `most` processes (at least one).
     pub fn new(words: Vec<String>, most: usize) -> Self {
-        Pool { words, idle: Mutex::new(Vec::new()), slots: Semaphore::new(most.max(1)) }
+        Pool { words, idle: Mutex::new(Vec::new()), slots: Semaphore::new(most.max(1)), next: AtomicU64::new(1) }
     }
 
-    /// Gives `request` (one line of JSON) to a free process for the parent `object` and returns the line
-    /// it answers, without its newline, or why there is none. `limit` bounds the answer's size; `timeout`
-    /// bounds the wait for a free process and, separately, the answer.
+    /// Gives `request` (a JSON object on one line) to a free process for the parent `object`, with an
+    /// `id` added, and returns the answer carrying the same `id`, without it; or why there is none. An
+    /// answer that is not JSON comes back as it is, for the caller to word. `limit` bounds the answer's
+    /// size; `timeout` bounds the wait for a free process and, separately, the answer.
     pub async fn call(&self, object: &str, request: &[u8], timeout: Duration, limit: usize) -> Result<Vec<u8>, String> {
         let within = crate::duration::format(timeout);
         let _slot = match tokio::time::timeout(timeout, self.slots.acquire()).await {
@@ -58,20 +65,33 @@ impl Pool {
             None => Worker::start(&self.words)?,
         };
         *worker.said.lock().expect("not poisoned") = Said { object: object.to_owned(), last: String::new() };
-        match tokio::time::timeout(timeout, worker.exchange(request, limit)).await {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let request = with_id(request, id);
+        match tokio::time::timeout(timeout, worker.exchange(&request, limit)).await {
             Ok(Ok(line)) => {
+                let answer = answer_to(&line, id);
                 // The next call must find nothing waiting on stdout: a line already there is not its answer.
-                let clean =
-                    worker.stdout.buffer().is_empty() && serde_json::from_slice::<serde::de::IgnoredAny>(&line).is_ok();
-                if clean {
-                    self.idle.lock().expect("not poisoned").push(worker);
-                } else {
-                    worker.stop();
+                let answer = match answer {
+                    Ok(_) if !worker.stdout.buffer().is_empty() => {
+                        Err("wrote more than one line for one request".into())
+                    }
+                    other => other,
+                };
+                match answer {
+                    Ok(answer) => {
+                        worker.said.lock().expect("not poisoned").object.clear();
+                        self.idle.lock().expect("not poisoned").push(worker);
+                        Ok(answer)
+                    }
+                    Err(why) => {
+                        worker.stop();
+                        match why.is_empty() {
+                            // Not JSON at all: the caller's reading words it, as for any hook.
+                            true => Ok(line),
+                            false => Err(why),
+                        }
+                    }
                 }
-                if line.is_empty() {
-                    return Err("answered an empty line".into());
-                }
-                Ok(line)
             }
             Ok(Err(Broke::TooLong)) => {
                 worker.stop();
@@ -104,6 +124,34 @@ impl Pool {
     }
 }
 
+/// `request`, a JSON object, with `"id": id` put first.
+fn with_id(request: &[u8], id: u64) -> Vec<u8> {
+    let rest = request.strip_prefix(b"{").unwrap_or(request);
+    let mut line = format!("{{\"id\":{id}").into_bytes();
+    if rest.first() != Some(&b'}') {
+        line.push(b',');
+    }
+    line.extend_from_slice(rest);
+    line
+}
+
+/// The answer in `line` to the request `id`, without its `id`; an empty reason when the line is not
+/// JSON at all.
+fn answer_to(line: &[u8], id: u64) -> Result<Vec<u8>, String> {
+    if line.is_empty() {
+        return Err("answered an empty line".into());
+    }
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else { return Err(String::new()) };
+    let serde_json::Value::Object(mut answer) = value else {
+        return Err("answered a line that is not a JSON object".into());
+    };
+    match answer.remove("id") {
+        Some(got) if got == id => Ok(serde_json::to_vec(&answer).expect("a map is JSON")),
+        Some(got) => Err(format!("answered a line for another request (id {got}, not {id})")),
+        None => Err(format!("answered a line without the request's id ({id})")),
+    }
+}
+
 /// Why an exchange got no answer line.
 enum Broke {
     /// The process closed its stdout (or its stdin): it exited, or is about to.
@@ -114,6 +162,7 @@ enum Broke {
 impl Worker {
     fn start(words: &[String]) -> Result<Worker, String> {
         let mut child = super::hook::spawn(words)?;
+        let group = child.id();
         let stdin = child.stdin.take().expect("stdin is piped");
         let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
         let errors = child.stderr.take().expect("stderr is piped");
@@ -133,7 +182,7 @@ impl Worker {
                 }
             }
         });
-        Ok(Worker { child, stdin, stdout, said })
+        Ok(Worker { child, group, stdin, stdout, said })
     }
 
     /// Writes the request line and reads the answer line.
@@ -179,26 +228,17 @@ impl Worker {
         why
     }
 
-    /// Kills it and everything it started.
-    fn stop(mut self) {
-        if let Some(pid) = self.child.id() {
-            // SAFETY: kill(2) with a negative pid signals the process group the hook leads; it touches no memory.
-            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
-        }
-        // Reaped in the background, so that no zombie is left.
-        tokio::spawn(async move {
-            let _ = self.child.wait().await;
-        });
-    }
+    /// Lets it go: its `Drop` kills it and everything it started.
+    fn stop(self) {}
 }
 
-impl Drop for Pool {
+impl Drop for Worker {
+    /// Whenever a process is let go (retired, its call abandoned, the pool dropped at shutdown), its
+    /// whole group is killed; tokio reaps the process itself.
     fn drop(&mut self) {
-        for worker in self.idle.get_mut().expect("not poisoned").drain(..) {
-            if let Some(pid) = worker.child.id() {
-                // SAFETY: as in `Worker::stop`; no runtime may be left to reap with, so kill_on_drop does.
-                unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
-            }
+        if let Some(group) = self.group {
+            // SAFETY: kill(2) with a negative pid signals the process group the hook leads; it touches no memory.
+            unsafe { libc::kill(-(group as i32), libc::SIGKILL) };
         }
     }
 }
@@ -215,7 +255,7 @@ mod tests {
 import sys, json, os
 for line in sys.stdin:
     request = json.loads(line)
-    print(json.dumps({"n": request["n"], "pid": os.getpid()}), flush=True)
+    print(json.dumps({"id": request["id"], "n": request["n"], "pid": os.getpid()}), flush=True)
 "#;
 
     async fn call(pool: &Pool, n: u64, timeout_ms: u64) -> Result<serde_json::Value, String> {
@@ -240,7 +280,8 @@ for line in sys.stdin:
 import sys, json, os, time
 for line in sys.stdin:
     time.sleep(0.3)
-    print(json.dumps({"n": json.loads(line)["n"], "pid": os.getpid()}), flush=True)
+    request = json.loads(line)
+    print(json.dumps({"id": request["id"], "n": request["n"], "pid": os.getpid()}), flush=True)
 "#;
         let pool = pool(slow, 2);
         let answers = futures::future::join_all((0..4).map(|n| call(&pool, n, 5000))).await;
@@ -259,11 +300,12 @@ for line in sys.stdin:
         let crashy = r#"
 import sys, json, os
 for line in sys.stdin:
-    n = json.loads(line)["n"]
+    request = json.loads(line)
+    n = request["n"]
     if n == 2:
         print("giving up", file=sys.stderr, flush=True)
         sys.exit(3)
-    print(json.dumps({"n": n, "pid": os.getpid()}), flush=True)
+    print(json.dumps({"id": request["id"], "n": n, "pid": os.getpid()}), flush=True)
 "#;
         let pool = pool(crashy, 1);
         let before = call(&pool, 1, 5000).await.unwrap();
@@ -278,10 +320,11 @@ for line in sys.stdin:
         let late = r#"
 import sys, json, os, time
 for line in sys.stdin:
-    n = json.loads(line)["n"]
+    request = json.loads(line)
+    n = request["n"]
     if n == 1:
         time.sleep(1)
-    print(json.dumps({"n": n, "pid": os.getpid()}), flush=True)
+    print(json.dumps({"id": request["id"], "n": n, "pid": os.getpid()}), flush=True)
 "#;
         let pool = pool(late, 1);
         let started = std::time::Instant::now();
@@ -297,9 +340,10 @@ for line in sys.stdin:
         let chatty = r#"
 import sys, json, os
 for line in sys.stdin:
-    n = json.loads(line)["n"]
+    request = json.loads(line)
+    n = request["n"]
     print("debug: got", n)
-    print(json.dumps({"n": n, "pid": os.getpid()}), flush=True)
+    print(json.dumps({"id": request["id"], "n": n, "pid": os.getpid()}), flush=True)
 "#;
         let pool = pool(chatty, 1);
         assert!(call(&pool, 1, 5000).await.unwrap_err().starts_with("not JSON"));
@@ -309,7 +353,8 @@ for line in sys.stdin:
 
     #[tokio::test]
     async fn an_answer_without_a_newline_or_too_long_fails() {
-        let unfinished = pool("import sys; sys.stdin.readline(); sys.stdout.write('{}'); sys.stdout.flush()", 1);
+        let unfinished =
+            pool("import sys; sys.stdin.readline(); sys.stdout.write('{\"id\": 1}'); sys.stdout.flush()", 1);
         assert_eq!(call(&unfinished, 1, 5000).await.unwrap_err(), "exited with status 0");
 
         let huge = pool("import sys\nfor l in sys.stdin: print('[' + '1,' * 1000000 + '1]', flush=True)", 1);
@@ -328,8 +373,48 @@ for line in sys.stdin:
     }
 
     #[tokio::test]
+    async fn an_answer_must_echo_its_requests_id() {
+        // Answers the request numbered 1 with the id of the one before, 2 without one, 3 with a log line
+        // of JSON written before its answer, the others rightly.
+        let confused = r#"
+import sys, json, os, time
+for line in sys.stdin:
+    request = json.loads(line)
+    n, id = request["n"], request["id"]
+    if n == 1:
+        print(json.dumps({"id": id - 1, "n": n}), flush=True)
+    elif n == 2:
+        print(json.dumps({"n": n}), flush=True)
+    elif n == 3:
+        print(json.dumps({"level": "info", "msg": "syncing"}), flush=True)
+        time.sleep(0.2)
+        print(json.dumps({"id": id, "n": n}), flush=True)
+    else:
+        print(json.dumps({"id": id, "n": n, "pid": os.getpid()}), flush=True)
+"#;
+        let pool = pool(confused, 1);
+        let first = call(&pool, 0, 5000).await.unwrap();
+        assert!(first.get("id").is_none(), "the id is not part of the answer: {first}");
+        let wrong = call(&pool, 1, 5000).await.unwrap_err();
+        assert!(wrong.starts_with("answered a line for another request (id "), "{wrong}");
+        assert_eq!(pool.idle_count(), 0, "retired");
+        assert!(call(&pool, 2, 5000).await.unwrap_err().starts_with("answered a line without the request's id"));
+        assert!(call(&pool, 3, 5000).await.unwrap_err().starts_with("answered a line without the request's id"));
+        // The answer to 3, written late, reaches nobody: 4 has a process of its own.
+        let after = call(&pool, 4, 5000).await.unwrap();
+        assert_eq!((after["n"].as_u64(), after.get("id")), (Some(4), None));
+        assert_ne!(after["pid"], first["pid"]);
+    }
+
+    #[test]
+    fn the_id_goes_first_in_the_request() {
+        assert_eq!(with_id(br#"{"parent":{}}"#, 7), br#"{"id":7,"parent":{}}"#);
+        assert_eq!(with_id(b"{}", 7), br#"{"id":7}"#);
+    }
+
+    #[tokio::test]
     async fn a_call_waits_for_a_free_process_no_longer_than_its_timeout() {
-        let slow = "import sys, time\nfor l in sys.stdin:\n    time.sleep(1); print('{}', flush=True)";
+        let slow = "import sys, time, json\nfor l in sys.stdin:\n    time.sleep(1); print(json.dumps({'id': json.loads(l)['id']}), flush=True)";
         let pool = pool(slow, 1);
         let (first, second) = tokio::join!(call(&pool, 1, 2000), async {
             tokio::time::sleep(Duration::from_millis(100)).await;
