@@ -15,6 +15,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         false => Driver::Poll { interval: args.interval, resync: args.resync },
     };
     let election = args.leader_elect.then(|| Election {
+        annotation: None,
         name: args.leader_election_id.clone(),
         namespace: args.leader_election_namespace.clone().unwrap_or_else(|| conn.default_namespace.clone()),
         identity: args.leader_election_identity.as_deref().map_or_else(default_identity, identity_of),

@@ -23,6 +23,7 @@
 //! have been given up on.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -54,11 +55,21 @@ pub struct Election {
     /// shard member does not, as client-go's does not: it stops, so that nothing it still had running
     /// can find the fence open again.
     pub stand_again: bool,
+    /// An annotation its renewals write (the shard ring's adoption records, which only the holder of
+    /// the coordinator's Lease writes): a value is written, at once, only while the Lease is held in the
+    /// term it names ([`Candidate::term`]), so that a value meant for an earlier term is never written
+    /// into a later one.
+    pub annotation: Option<(String, Annotation)>,
 }
+
+/// The value an election's renewals write to an annotation, for the term it names.
+pub type Annotation = watch::Receiver<Option<(u64, String)>>;
 
 /// A running election: `leading` is true while this replica holds the lease.
 pub struct Candidate {
     pub leading: watch::Receiver<bool>,
+    /// How many times this candidate has come to hold the Lease: the current term while it holds it.
+    term: Arc<AtomicU64>,
     release: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -151,19 +162,22 @@ impl Election {
         let (leading_tx, leading) = watch::channel(false);
         let (release, mut release_rx) = watch::channel(false);
         let api: Api<Lease> = crate::cluster::scope::api(client, Some(&self.namespace));
+        let term = Arc::new(AtomicU64::new(0));
+        let terms = term.clone();
         let task = tokio::spawn(async move {
             let mut observed: Option<Observed> = None;
             // When the last successful renewal was sent: the renew deadline runs from there.
             let mut renewed: Option<Instant> = None;
             // The holder last seen while standing by, so that a standby says once whom it waits for.
             let mut standing_by: Option<String> = None;
+            let mut annotation = self.annotation.as_ref().map(|(_, value)| value.clone());
             loop {
                 let sent = Instant::now();
                 let limit = match renewed {
                     Some(at) => (at + self.renew_deadline).saturating_duration_since(sent),
                     None => self.renew_deadline,
                 };
-                let attempt = tokio::time::timeout(limit, self.try_acquire_or_renew(&api, &mut observed));
+                let attempt = tokio::time::timeout(limit, self.try_acquire_or_renew(&api, &mut observed, &terms));
                 // A release (SIGTERM, or the work ending) does not wait for a hung attempt.
                 let outcome = tokio::select! {
                     outcome = attempt => outcome.unwrap_or_else(|_| {
@@ -178,6 +192,10 @@ impl Election {
                         // From when the renewal was sent, not answered: whoever judges this Lease saw it
                         // renewed no earlier than that.
                         self.fence.open_until(sent + self.renew_deadline);
+                        // A new term begins before anyone is told it holds.
+                        if !*leading_tx.borrow() {
+                            terms.fetch_add(1, Ordering::SeqCst);
+                        }
                         leading_tx.send_if_modified(|l| !std::mem::replace(l, true));
                     }
                     Ok(Look::HeldByOther(holder)) => {
@@ -226,11 +244,12 @@ impl Election {
                 };
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {}
+                    () = annotated(&mut annotation), if renewed.is_some() => {}
                     () = released(&mut release_rx) => return self.give_up(&api, &leading_tx).await,
                 }
             }
         });
-        Ok(Candidate { leading, release, task })
+        Ok(Candidate { leading, term, release, task })
     }
 
     /// Stops leading and, if this replica was leading, clears the Lease's holder so that a standby takes
@@ -254,7 +273,12 @@ impl Election {
         MicroTime(Timestamp::now())
     }
 
-    async fn try_acquire_or_renew(&self, api: &Api<Lease>, observed: &mut Option<Observed>) -> Result<Look> {
+    async fn try_acquire_or_renew(
+        &self,
+        api: &Api<Lease>,
+        observed: &mut Option<Observed>,
+        term: &AtomicU64,
+    ) -> Result<Look> {
         let Some(mut lease) = api.get_opt(&self.name).await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -289,7 +313,15 @@ impl Election {
             Some(h) if !expired => return Ok(Look::HeldByOther(h.clone())),
             _ => self.spec(Some(Self::now()), transitions + 1),
         };
+        let renewing = holder.as_deref() == Some(self.identity.as_str());
         lease.spec = Some(new_spec);
+        if let Some((key, value)) = &self.annotation
+            && let Some((for_term, value)) = value.borrow().clone()
+            && renewing
+            && for_term == term.load(Ordering::SeqCst)
+        {
+            lease.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(key.clone(), value);
+        }
         if !self.labels.is_empty() {
             lease.metadata.labels.get_or_insert_with(BTreeMap::new).extend(self.labels.clone());
         }
@@ -330,12 +362,26 @@ impl Election {
     }
 }
 
+/// A new value for the annotation, to be written without waiting for the next renewal.
+async fn annotated(annotation: &mut Option<Annotation>) {
+    let Some(value) = annotation else { return std::future::pending().await };
+    if value.changed().await.is_err() {
+        *annotation = None;
+        std::future::pending::<()>().await;
+    }
+}
+
 async fn released(release: &mut watch::Receiver<bool>) {
     let _ = release.wait_for(|r| *r).await;
 }
 
 impl Candidate {
     /// Gives the lease up (if held) and waits, briefly, for that to reach the API server.
+    /// The term of this candidate's hold on the Lease (meaningful while `leading` is true).
+    pub fn term(&self) -> u64 {
+        self.term.load(Ordering::SeqCst)
+    }
+
     pub async fn release(self) {
         let _ = self.release.send(true);
         if tokio::time::timeout(Duration::from_secs(5), self.task).await.is_err() {

@@ -3,6 +3,7 @@
 //! was reconciled once. Used for the controllers given on the command line or in manifests, and for
 //! each controller object `--from-cluster` follows.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
@@ -84,18 +85,16 @@ impl Reconciling {
         let runs = controllers.into_iter().map(|(ctx, namespace)| {
             let (stop, hub) = (stop.clone(), hub.clone());
             async move {
-                let not_ready = match driver {
-                    Driver::Watch { resync } => {
-                        let resync = ctx.definition.resync.unwrap_or(resync);
-                        let watch = Watch { ctx: ctx.clone(), hub, namespace, concurrency, resync };
-                        watch.run(once, stop).await.map_err(anyhow::Error::from)
-                    }
-                    Driver::Poll { interval, resync } => {
-                        let (concurrency, resync) = (usize::from(concurrency), ctx.definition.resync.unwrap_or(resync));
-                        let poll = Poll { ctx: ctx.clone(), hub, namespace, interval, concurrency, resync };
-                        poll.run(once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
-                    }
+                // The adopter's drivers stop with the controller's own, however it ends.
+                let (own_done, own_ended) = watch::channel(false);
+                let adopting =
+                    adopt(ctx.clone(), hub.clone(), namespace.clone(), driver, concurrency, [stop.clone(), own_ended]);
+                let own = async {
+                    let result = drive(ctx.clone(), hub, namespace, driver, concurrency, once, stop).await;
+                    let _ = own_done.send(true);
+                    result
                 };
+                let (not_ready, ()) = futures::join!(own, adopting);
                 ctx.flush_events().await;
                 not_ready.map(|parents| match parents {
                     Some(parents) if !parents.is_empty() => {
@@ -113,6 +112,92 @@ impl Reconciling {
             true => Ok(()),
             false => bail!("{}", problems.join("\n")),
         }
+    }
+}
+
+/// Drives `ctx`'s parents in `namespace` until `stop` (or, with `once`, until each was reconciled
+/// once); the parents not Ready, with `once`.
+async fn drive(
+    ctx: Arc<Context>,
+    hub: Arc<Hub>,
+    namespace: Option<String>,
+    driver: Driver,
+    concurrency: u16,
+    once: bool,
+    stop: watch::Receiver<bool>,
+) -> Result<Option<Vec<String>>> {
+    match driver {
+        Driver::Watch { resync } => {
+            let resync = ctx.definition.resync.unwrap_or(resync);
+            let watch = Watch { ctx, hub, namespace, concurrency, resync };
+            watch.run(once, stop).await.map_err(anyhow::Error::from)
+        }
+        Driver::Poll { interval, resync } => {
+            let (concurrency, resync) = (usize::from(concurrency), ctx.definition.resync.unwrap_or(resync));
+            let poll = Poll { ctx, hub, namespace, interval, concurrency, resync };
+            poll.run(once, stop).await.map(|pass| pass.map(|pass| pass.not_ready))
+        }
+    }
+}
+
+/// In a shard ring, serves the parents of gone members that the adoption records give this member
+/// (`engine::adopting`) until `stop`: a context of the controller, and a driver, for each gone label
+/// the records lead to this member from, started when a record first does and stopped once the
+/// records no longer do (the coordinator retires a record once no parent carries its label).
+async fn adopt(
+    ctx: Arc<Context>,
+    hub: Arc<Hub>,
+    namespace: Option<String>,
+    driver: Driver,
+    concurrency: u16,
+    [mut stop, mut own_ended]: [watch::Receiver<bool>; 2],
+) {
+    let Some(adopting) = ctx.adopting().filter(|a| !a.adopter).cloned() else { return };
+    let mut records = adopting.records.clone();
+    let mut running: HashMap<String, (watch::Sender<bool>, tokio::task::JoinHandle<()>)> = HashMap::new();
+    let plural = &ctx.definition.family.parent.ar.plural;
+    loop {
+        let wanted = records.borrow_and_update().adoptions.reaching(&adopting.own);
+        running.retain(|label, (stop, _)| {
+            let keep = wanted.contains(label);
+            if !keep {
+                tracing::info!(controller = ctx.definition.name, "no {plural} of {label} left to serve");
+                let _ = stop.send(true);
+            }
+            keep
+        });
+        for label in wanted {
+            if running.contains_key(&label) {
+                continue;
+            }
+            let Some(adopter) = ctx.adopter(&label) else { continue };
+            tracing::info!(
+                controller = ctx.definition.name,
+                "serving the {plural} of {label}, which is gone, that the ring gives this member"
+            );
+            let (stop_one, stopped) = watch::channel(false);
+            let adopter = Arc::new(adopter);
+            let run = drive(adopter.clone(), hub.clone(), namespace.clone(), driver, concurrency, false, stopped);
+            let task = tokio::spawn(async move {
+                if let Err(err) = run.await {
+                    tracing::warn!("serving a gone member's parents stopped: {}", crate::error::describe_any(&err));
+                }
+                adopter.flush_events().await;
+            });
+            running.insert(label, (stop_one, task));
+        }
+        if running.is_empty() {
+            adopting.forget_adopted();
+        }
+        tokio::select! {
+            changed = records.changed() => if changed.is_err() { break },
+            _ = stop.wait_for(|s| *s) => break,
+            _ = own_ended.wait_for(|s| *s) => break,
+        }
+    }
+    for (_, (stop, task)) in running {
+        let _ = stop.send(true);
+        let _ = task.await;
     }
 }
 

@@ -16,11 +16,13 @@ use super::define::hooks_dir;
 use super::drive::events::{self as hooks, Hooks};
 use super::drive::observe;
 use super::drive::watch::hub::Hub;
+use super::engine::adopting::Adopting;
 use super::engine::fence::Fence;
 use super::engine::{Definition, Writer};
 use super::fleet::Fleet;
 use super::leader::{Candidate, Election};
 use super::reconciling::{Driving, Reconciling};
+use super::rules::adoption::{ANNOTATION, Published};
 use super::rules::shard::RING_LABEL;
 use super::serve::health::Health;
 use super::serve::metrics::Metrics;
@@ -49,16 +51,19 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
         kro_features,
     } = settings;
     let driving = Driving { driver, concurrency, once };
+    // A shard member's adoption records, as its lists of the ring's Leases show them.
+    let records = watch::channel(Published::default()).0;
     // Everything is resolved and checked before anything is served or written.
     let plan = match source {
         Source::Cluster { selector } => {
             let (writer, ring) = match &sharding {
-                Some(sharding) => (
-                    Writer { member: Some(sharding.member.clone()), fence: Fence::closed() },
-                    Some(Controllers::default()),
-                ),
+                Some(sharding) => (member_writer(sharding, &records), Some(Controllers::default())),
                 None => (
-                    Writer { member: None, fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default() },
+                    Writer {
+                        member: None,
+                        fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default(),
+                        adopting: None,
+                    },
                     None,
                 ),
             };
@@ -92,7 +97,7 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
         Plan::Fleet(fleet) => match (sharding, fleet.ring.clone()) {
             (Some(sharding), Some(controllers)) => {
                 let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
-                let member = Membership { sharding, fence: fleet.writer.fence.clone(), hub, controllers };
+                let member = Membership { sharding, fence: fleet.writer.fence.clone(), hub, controllers, records };
                 shard_then_reconcile(conn, member, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await
             }
             _ => lead_or_run(conn, election, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await,
@@ -107,8 +112,8 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
             serving.health.expect(definitions.len());
             let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
             let writer = match (&sharding, &election) {
-                (Some(sharding), _) => Writer { member: Some(sharding.member.clone()), fence: Fence::closed() },
-                (None, Some(election)) => Writer { member: None, fence: election.fence.clone() },
+                (Some(sharding), _) => member_writer(sharding, &records),
+                (None, Some(election)) => Writer { member: None, fence: election.fence.clone(), adopting: None },
                 (None, None) => Writer::default(),
             };
             let reconciling =
@@ -116,7 +121,7 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
             match sharding {
                 Some(sharding) => {
                     let controllers = Controllers::of(&reconciling.controllers);
-                    let member = Membership { sharding, fence: writer.fence, hub, controllers };
+                    let member = Membership { sharding, fence: writer.fence, hub, controllers, records };
                     shard_then_reconcile(conn, member, Work::Fixed(reconciling), &serving, stop, shutdown_timeout).await
                 }
                 None => lead_or_run(conn, election, Work::Fixed(reconciling), &serving, stop, shutdown_timeout).await,
@@ -200,6 +205,15 @@ struct Membership {
     hub: Arc<Hub>,
     /// The controllers whose parents the ring shares, as they are now.
     controllers: Controllers,
+    /// The adoption records, as the member's lists of the ring's Leases show them.
+    records: watch::Sender<Published>,
+}
+
+/// A shard member's writer: its member label, a fence closed until its Lease is held, and the adoption
+/// records it serves gone members' parents by.
+fn member_writer(sharding: &Sharding, records: &watch::Sender<Published>) -> Writer {
+    let adopting = Adopting::new(records.subscribe(), sharding.renew_deadline, sharding.member.incarnation.clone());
+    Writer { member: Some(sharding.member.clone()), fence: Fence::closed(), adopting: Some(adopting) }
 }
 
 /// Runs `work`, under the leader election when one is asked for.
@@ -364,7 +378,7 @@ async fn lead_then_reconcile(
 /// then the Lease is released, so that the coordinator moves this member's parents at once.
 async fn shard_then_reconcile(
     conn: &Connection,
-    Membership { sharding, fence, hub, controllers }: Membership,
+    Membership { sharding, fence, hub, controllers, records }: Membership,
     work: Work,
     serving: &Serving,
     mut stop: watch::Receiver<bool>,
@@ -375,6 +389,7 @@ async fn shard_then_reconcile(
     // Both Leases are held as this incarnation, each with a fence of its own: the member's fences its
     // reconciles, the coordinator's its label writes.
     let lease = |name: String, labels: BTreeMap<String, String>, fence: Fence, stand_again: bool| Election {
+        annotation: None,
         name,
         namespace: lease_namespace.clone(),
         identity: member.incarnation.clone(),
@@ -386,7 +401,8 @@ async fn shard_then_reconcile(
         stand_again,
     };
     let ring_label = BTreeMap::from([(RING_LABEL.to_owned(), member.ring.clone())]);
-    let mut membership = lease(member.lease(), ring_label, fence, false).start(conn.client.clone(), health.clone())?;
+    let mut membership =
+        lease(member.lease(), ring_label.clone(), fence, false).start(conn.client.clone(), health.clone())?;
     tracing::info!(
         ring = member.ring,
         "waiting for the Lease {lease_namespace}/{} as {}",
@@ -407,6 +423,7 @@ async fn shard_then_reconcile(
     );
 
     let coordinator_fence = Fence::closed();
+    let publish = watch::channel(None).0;
     let coordinator = Coordinator {
         client: conn.client.clone(),
         hub: hub.clone(),
@@ -416,10 +433,17 @@ async fn shard_then_reconcile(
         retry_period,
         controllers,
         fence: coordinator_fence.clone(),
+        records,
+        publish: publish.clone(),
     };
     let (stop_coordinating, coordinating) = watch::channel(false);
-    let candidacy = lease(member.ring.clone(), BTreeMap::new(), coordinator_fence, true)
-        .start(conn.client.clone(), health.clone())?;
+    // The coordinator's Lease carries the ring's label too, so that one list of the ring's Leases also
+    // reads the adoption records on it.
+    let candidacy = Election {
+        annotation: Some((ANNOTATION.to_owned(), publish.subscribe())),
+        ..lease(member.ring.clone(), ring_label, coordinator_fence.clone(), true)
+    }
+    .start(conn.client.clone(), health.clone())?;
     let coordination = tokio::spawn(coordinate(coordinator, candidacy, coordinating));
 
     let mut holding = membership.leading.clone();
@@ -462,7 +486,7 @@ async fn coordinate(coordinator: Coordinator, mut candidacy: Candidate, mut stop
         let (stop_run, run_stopped) = watch::channel(false);
         let mut leading = candidacy.leading.clone();
         tokio::select! {
-            () = coordinator.run(&mut members, run_stopped) => {}
+            () = coordinator.run(&mut members, candidacy.term(), run_stopped) => {}
             () = async { drop(leading.wait_for(|held| !*held).await) } => {
                 tracing::warn!(ring = coordinator.ring, "lost the coordinator's Lease; no longer coordinating");
             }

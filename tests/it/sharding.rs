@@ -157,8 +157,14 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
     // durations (12 s here) and no Sample names them.
     eventually(Duration::from_secs(60), "the departed members' Leases deleted", || {
         let leases = kubectl_json(&["get", "leases", "-n", &ns.0, "-l", "shard.samplectl.io/ring=samples"]);
-        let mut names: Vec<&str> =
-            leases["items"].as_array().unwrap().iter().filter_map(|l| l["metadata"]["name"].as_str()).collect();
+        // The members' Leases (the coordinator's, `samples`, carries the ring's label too).
+        let mut names: Vec<&str> = leases["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l["metadata"]["name"].as_str())
+            .filter(|name| name.starts_with("samples."))
+            .collect();
         names.sort();
         if names == ["samples.m4", "samples.m5"] { Ok(()) } else { Err(format!("{names:?}")) }
     });
@@ -166,6 +172,96 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
         "{} audited writes by {writers:?}; m3's Samples all elsewhere {moved_after:.1?} after SIGKILL",
         writes.len()
     );
+}
+
+/// The adoption records on the coordinator's Lease: each gone incarnation with the members it went to.
+fn adoption_records(ns: &str) -> Value {
+    let lease = kubectl_json(&["get", "lease", "samples", "-n", ns]);
+    let records = lease["metadata"]["annotations"]["adoptions.shard.samplectl.io"].as_str().unwrap_or("{}");
+    serde_json::from_str(records).unwrap()
+}
+
+#[test]
+fn a_killed_members_samples_are_served_by_its_record_before_they_are_relabelled() {
+    let _cluster = crate::support::shared();
+    samplectl(&["install-crd"]).success();
+    let ns = Namespace::new("shard-adopt");
+    let n = 60;
+    let names = || (0..n).map(|i| format!("a{i:03}"));
+    let mut members: BTreeMap<&str, Background> =
+        ["m1", "m2", "m3"].into_iter().map(|m| (m, member(&ns.0, m, true))).collect();
+    create_samples(&ns.0, names(), "first");
+    let logs = |members: &BTreeMap<&str, Background>| {
+        members.values().map(Background::stderr).collect::<Vec<_>>().join("\n---\n")
+    };
+    eventually(Duration::from_secs(90), "three members hold converged Samples", || {
+        converged(&ns.0, |_| "first".into(), n)?;
+        let held: std::collections::BTreeSet<String> =
+            labels(&ns.0).0.into_values().filter_map(|m| Some(m.split_once('_')?.0.to_owned())).collect();
+        match held.len() {
+            3 => Ok(()),
+            _ => Err(format!("held by {held:?}")),
+        }
+    });
+
+    // A member that does not coordinate is killed, and its Samples are changed at once.
+    let coordinator = kubectl_json(&["get", "lease", "samples", "-n", &ns.0]);
+    let coordinator = coordinator["spec"]["holderIdentity"].as_str().unwrap().to_owned();
+    let victim = ["m1", "m2", "m3"].into_iter().find(|m| !coordinator.starts_with(&format!("{m}_"))).unwrap();
+    let (_, victim_log) = members.remove(victim).unwrap().stop("KILL", Duration::from_secs(5));
+    let killed = Timestamp::now();
+    let gone = incarnation_in(&victim_log, victim);
+    let theirs: Vec<String> = labels(&ns.0).0.into_iter().filter(|(_, m)| *m == gone).map(|(s, _)| s).collect();
+    assert!(!theirs.is_empty(), "{victim} held no Sample");
+    update_samples(&ns.0, theirs.iter().cloned(), "second");
+
+    // Served again: each of its ConfigMaps holds the new value. Some are seen so while they (and their
+    // Samples) still carry the gone incarnation's label: the survivors served them by the record alone.
+    let mut served_by_record = std::collections::BTreeSet::new();
+    eventually(Duration::from_secs(60), "the killed member's Samples served again", || {
+        let cms = kubectl_json(&["get", "configmaps", "-n", &ns.0, "-l", "app.kubernetes.io/managed-by=samplectl"]);
+        let mut done = 0;
+        for cm in cms["items"].as_array().unwrap() {
+            let name = cm["metadata"]["name"].as_str().unwrap().to_owned();
+            if !theirs.contains(&name) || cm["data"]["testString"] != "second" {
+                continue;
+            }
+            done += 1;
+            if cm["metadata"]["labels"]["shard.samplectl.io/samples"] == gone.as_str() {
+                served_by_record.insert(name);
+            }
+        }
+        match done == theirs.len() {
+            true => Ok(()),
+            false => Err(format!("{done} of {} served\n{}", theirs.len(), logs(&members))),
+        }
+    });
+    let records = adoption_records(&ns.0);
+    assert!(records.get(&gone).is_some(), "no record of {gone}: {records}");
+    assert!(
+        !served_by_record.is_empty(),
+        "no ConfigMap of {gone}'s was served before its relabelling\n{}",
+        logs(&members)
+    );
+    assert!(logs(&members).contains(&format!("serving the samples of {gone}, which is gone")), "{}", logs(&members));
+
+    // The labels follow, and the record is retired once no Sample carries the gone label (four lease
+    // durations after it was made).
+    let expected = |name: &str| if theirs.iter().any(|t| t == name) { "second" } else { "first" }.to_owned();
+    eventually(Duration::from_secs(90), "every Sample relabelled and right, the record retired", || {
+        let (held, draining) = labels(&ns.0);
+        let left = held.values().filter(|m| **m == gone).count();
+        converged(&ns.0, expected, n)?;
+        match (left, draining, adoption_records(&ns.0).get(&gone)) {
+            (0, 0, None) => Ok(()),
+            (left, draining, record) => Err(format!("{left} still on {gone}, {draining} draining, record {record:?}")),
+        }
+    });
+
+    let writes = audit::writes(&ns.0, "samples");
+    let found = interleavings(&writes, &HashMap::from([(gone.clone(), killed)]));
+    assert!(found.is_empty(), "{} interleaved writes, e.g. {:?}", found.len(), &found[..found.len().min(5)]);
+    eprintln!("{} of {} Samples served by {gone}'s record before relabelling", served_by_record.len(), theirs.len());
 }
 
 #[test]

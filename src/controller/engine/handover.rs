@@ -39,7 +39,10 @@ impl Context {
     ) -> Result<(Observed, bool), ReconcileError> {
         let parent_uid = uid(parent);
         let swept = self.memory.swept.lock().unwrap_or_else(|e| e.into_inner()).get(&parent_uid).copied();
-        if self.writer.member.is_none() || swept.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
+        // An adopter's context finds the children by the gone label's watch; the whole look is made
+        // once the parent is labelled for this member.
+        let adopter = self.writer.adopting.as_ref().is_some_and(|a| a.adopter);
+        if self.writer.member.is_none() || adopter || swept.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
             return Ok((children, false));
         }
         let mut children = children;

@@ -6,6 +6,7 @@
 //! lives in small stores: retry timing (`backoff`), the objects in a parent's way (`conflicts`) and the
 //! statuses it wrote (`written`).
 
+pub mod adopting;
 pub mod backoff;
 mod children;
 pub mod conflicts;
@@ -23,6 +24,7 @@ pub mod written;
 
 use std::borrow::Cow;
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -44,6 +46,7 @@ use super::serve::health::Health;
 use super::serve::metrics::Metrics;
 use super::sync::{Answer, Inputs, Shape, Syncer};
 use crate::cluster::scope;
+use adopting::{Adopting, Serves};
 use events::{EventQueue, Kind, Note, Reporter};
 use fence::Fence;
 use memory::Memory;
@@ -104,13 +107,21 @@ pub struct Definition {
 pub struct Writer {
     pub member: Option<Member>,
     pub fence: Fence,
+    /// In a shard ring: the adoption records as read, and what the member's contexts share.
+    pub adopting: Option<Adopting>,
 }
 
 impl Writer {
+    /// Whether a write may be sent now: this process's Lease was renewed in time, and, for an
+    /// adopter's context, the records it serves by were read within a renew deadline.
+    fn open(&self) -> bool {
+        self.fence.open() && self.adopting.as_ref().is_none_or(|a| !a.adopter || a.fresh())
+    }
+
     /// Nothing but an error while this process's Lease has not been renewed in time: what writes
     /// outside a reconcile (an RGD's finalizer, status, revisions) asks before each write.
     pub fn may_write(&self) -> Result<(), String> {
-        match self.fence.open() {
+        match self.open() {
             true => Ok(()),
             false => Err("this process's Lease was not renewed in time; nothing is written".into()),
         }
@@ -120,7 +131,7 @@ impl Writer {
 /// What every reconcile of one controller needs: its definition (held whole), the client, who it writes
 /// as, where it reports, what it remembers of each parent, and its Event queue.
 pub struct Context {
-    pub definition: Definition,
+    pub definition: Arc<Definition>,
     client: Client,
     writer: Writer,
     serving: Serving,
@@ -151,17 +162,46 @@ pub fn now() -> String {
     Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH).to_string()
 }
 
+/// When a parent another context of this member is reconciling is looked at again.
+const CLAIMED_RETRY: Duration = Duration::from_millis(200);
+
+fn ignored(resync_after: Option<Duration>) -> Done {
+    Done { outcome: Outcome::Ignored, resync_after, wrote: false }
+}
+
 fn failure(object: &str, action: &str, failed: Failed) -> ReconcileError {
     ReconcileError { object: object.to_owned(), action: action.to_owned(), message: failed.message() }
 }
 
 impl Context {
     pub fn new(client: Client, definition: Definition, writer: Writer, serving: &Serving) -> Self {
+        Self::with(client, Arc::new(definition), writer, serving)
+    }
+
+    fn with(client: Client, definition: Arc<Definition>, writer: Writer, serving: &Serving) -> Self {
         let reporter =
             Reporter { controller: "samplectl".into(), instance: hostname().unwrap_or_else(|| "samplectl".into()) };
         let memory = Memory::new(Related::new(definition.sync.version()));
         let events = EventQueue::new(client.clone(), reporter);
         Context { definition, client, writer, serving: serving.clone(), memory, events, listed: AtomicBool::new(false) }
+    }
+
+    /// A context of the same controller serving, under the gone incarnation `label`, the parents the
+    /// adoption records give this member (`adopting`); none outside a shard ring.
+    pub fn adopter(&self, label: &str) -> Option<Context> {
+        let (member, adopting) = (self.writer.member.as_ref()?, self.writer.adopting.as_ref()?);
+        let member = Member { incarnation: label.to_owned(), ..member.clone() };
+        let writer =
+            Writer { member: Some(member), fence: self.writer.fence.clone(), adopting: Some(adopting.for_adopter()) };
+        let ctx = Context::with(self.client.clone(), self.definition.clone(), writer, &self.serving);
+        // Its lists say nothing of the controller's readiness (/readyz counts the member's own).
+        ctx.listed.store(true, Ordering::Relaxed);
+        Some(ctx)
+    }
+
+    /// How this member serves gone incarnations' parents, in a shard ring.
+    pub fn adopting(&self) -> Option<&Adopting> {
+        self.writer.adopting.as_ref()
     }
 
     pub fn client(&self) -> &Client {
@@ -253,9 +293,34 @@ impl Context {
             if !member.marked(&parent.metadata) || self.released_since(parent) {
                 return Ok(Done { outcome: Outcome::Ignored, resync_after: None, wrote: false });
             }
-            if let Some(to) = member.drained_to(&parent.metadata) {
-                return self.hand_over(member, parent, &children, to).await;
+        }
+        // One reconcile of a parent at a time in a member, whichever of its contexts holds it.
+        let _claim = match &self.writer.adopting {
+            Some(adopting) => {
+                let version = parent.metadata.resource_version.as_deref();
+                if adopting.adopter {
+                    let label = self.writer.member.as_ref().map(|m| m.incarnation.as_str()).unwrap_or_default();
+                    match adopting.serves(label, &uid(parent), version) {
+                        Serves::Yes => {}
+                        // Read again within a retry period, or the coordinator relabels it meanwhile.
+                        Serves::Stale => return Ok(ignored(Some(adopting.fresh_for / 4))),
+                        Serves::NotOurs | Serves::Behind => return Ok(ignored(None)),
+                    }
+                }
+                match adopting.claim(&uid(parent), version) {
+                    Some(claim) => Some(claim),
+                    None => return Ok(ignored(Some(CLAIMED_RETRY))),
+                }
             }
+            None => None,
+        };
+        // An adopter serves a parent its gone member was handing over too: the coordinator labels it for
+        // the adopter, and drains it from there if the ring wants it elsewhere.
+        if let Some(member) = &self.writer.member
+            && !self.writer.adopting.as_ref().is_some_and(|a| a.adopter)
+            && let Some(to) = member.drained_to(&parent.metadata)
+        {
+            return self.hand_over(member, parent, &children, to).await;
         }
         let started = std::time::Instant::now();
         self.serving.metrics.in_flight.inc();
@@ -293,7 +358,7 @@ impl Context {
     /// deadline): checked right before the request goes, so that a reconcile which was frozen or stuck
     /// sends nothing once another process may own what it writes.
     async fn send<T>(&self, request: impl Future<Output = kube::Result<T>>) -> Result<T, Failed> {
-        if !self.writer.fence.open() {
+        if !self.writer.open() {
             return Err(Failed::Fenced);
         }
         bounded(request).await

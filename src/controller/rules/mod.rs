@@ -5,6 +5,7 @@
 //! that say so (`shard`). The syncs answer in these terms and the engine acts on them; nothing here sends
 //! a request, so every rule has unit tests.
 
+pub mod adoption;
 pub mod child_write;
 pub mod children;
 pub mod decorate;

@@ -46,6 +46,7 @@ use crate::controller::drive::watch::hub::Hub;
 use crate::controller::engine::Context;
 use crate::controller::engine::fence::Fence;
 use crate::controller::engine::request::bounded;
+use crate::controller::rules::adoption::{ANNOTATION, Adoptions, Published};
 use crate::controller::rules::ring::Ring;
 use crate::controller::rules::shard::{RING_LABEL, drain_label, lease_prefix, member_label};
 use crate::controller::shard::controllers::{Controller, Controllers, Set};
@@ -115,9 +116,13 @@ impl View {
     }
 }
 
-/// What to write to `parent`, if anything, given the live members and whether an incarnation that is
-/// not live is surely stopped (`gone`, asked of the parent as the watch showed it).
-pub fn decide(parent: &Parent, view: &View, gone: impl Fn(&str, &Parent) -> bool) -> Option<Move> {
+/// What to write to `parent`, if anything, given the live members and the adoption records.
+///
+/// A parent labelled for an incarnation out of the ring waits until that incarnation has a record
+/// (made by the coordinator's loop once it is surely stopped), and is then labelled for whom the
+/// records lead to, if that one is live: that member is serving it already, and is drained as any
+/// live member if the ring wants the parent elsewhere.
+pub fn decide(parent: &Parent, view: &View, adoptions: &Adoptions) -> Option<Move> {
     let wanted = view.holders.get(view.ring.owner(&parent.uid)?)?;
     match &parent.member {
         None if !parent.taken => None,
@@ -126,10 +131,18 @@ pub fn decide(parent: &Parent, view: &View, gone: impl Fn(&str, &Parent) -> bool
         Some(member) if view.live(member) => {
             (parent.drain.as_deref() != Some(wanted)).then(|| Move::Drain(wanted.to_owned()))
         }
-        Some(member) if gone(member, parent) => Some(Move::Assign(wanted.to_owned())),
-        // Not live, not yet surely stopped: wait for its Lease to run out.
-        Some(_) => None,
+        Some(member) => {
+            let adopter = adoptions.resolve(member, &parent.uid)?;
+            (adopter != member && view.live(adopter)).then(|| Move::Assign(adopter.to_owned()))
+        }
     }
+}
+
+/// The incarnation `parent`'s adoption records end at when it is out of the ring and has no record
+/// yet: the one the coordinator records once it is surely stopped.
+fn unrecorded<'a>(parent: &'a Parent, view: &View, adoptions: &'a Adoptions) -> Option<&'a str> {
+    let end = adoptions.resolve(parent.member.as_deref()?, &parent.uid)?;
+    (!view.live(end)).then_some(end)
 }
 
 /// The merge patch that makes `the_move`, guarded by `version`.
@@ -262,6 +275,10 @@ pub struct Coordinator {
     pub controllers: Controllers,
     /// Open while this replica holds the coordinator's Lease, until the renew deadline.
     pub fence: Fence,
+    /// The adoption records as every list of the ring's Leases shows them, for this member's contexts.
+    pub records: watch::Sender<Published>,
+    /// The records this coordinator wants written, for a term of its Lease: its renewals write them.
+    pub publish: watch::Sender<Option<(u64, String)>>,
 }
 
 /// A parent of one controller: the controller's id in the set, and the parent's place.
@@ -276,8 +293,9 @@ struct Followed {
     _stop: oneshot::Sender<()>,
 }
 
-/// The ring's Leases as listed (by member: record and resourceVersion), and when the list was sent.
-type Listing = (Vec<(String, Record, String)>, Instant);
+/// The ring's Leases as listed (by member: record and resourceVersion), the adoption records on the
+/// coordinator's Lease, and when the list was sent.
+type Listing = (Vec<(String, Record, String)>, Adoptions, Instant);
 
 impl Coordinator {
     /// Lists the ring's Leases: by member, each one's record and resourceVersion, and when the list was
@@ -290,6 +308,13 @@ impl Coordinator {
         async move {
             let sent = Instant::now();
             let leases = bounded(api.list(&lp)).await?;
+            let adoptions = leases
+                .items
+                .iter()
+                .find(|lease| lease.metadata.name.as_deref() == Some(prefix.trim_end_matches('.')))
+                .and_then(|lease| lease.metadata.annotations.as_ref()?.get(ANNOTATION))
+                .map(|value| Adoptions::parse(Some(value)))
+                .unwrap_or_default();
             let leases = leases
                 .items
                 .into_iter()
@@ -300,21 +325,30 @@ impl Coordinator {
                     Some((member, (spec.holder_identity, spec.renew_time, spec.lease_duration_seconds), version))
                 })
                 .collect();
-            Ok((leases, sent))
+            Ok((leases, adoptions, sent))
         }
     }
 
-    /// Takes in the ring's Leases as listed; returns each one's resourceVersion, by member.
-    fn take(&self, members: &mut Members, (leases, sent): Listing) -> Vec<(String, String)> {
+    /// Takes in the ring's Leases as listed, and shows this member's contexts the adoption records;
+    /// returns each Lease's resourceVersion, by member, and the records.
+    fn take(&self, members: &mut Members, (leases, adoptions, sent): Listing) -> (Vec<(String, String)>, Adoptions) {
+        self.records.send_if_modified(|published| {
+            published.read = published.read.max(Some(sent.into_std()));
+            let changed = *published.adoptions != adoptions;
+            if changed {
+                published.adoptions = Arc::new(adoptions.clone());
+            }
+            changed
+        });
         let versions = leases.iter().map(|(member, _, version)| (member.clone(), version.clone())).collect();
         members.observe(leases.into_iter().map(|(member, record, _)| (member, record)), sent, Instant::now());
-        versions
+        (versions, adoptions)
     }
 
     /// Lists the ring's Leases and takes them in (a standby following them, with nothing else to do).
     pub async fn observe(&self, members: &mut Members) -> anyhow::Result<Vec<(String, String)>> {
         let listing = self.list_leases().await?;
-        Ok(self.take(members, listing))
+        Ok(self.take(members, listing).0)
     }
 
     /// The Leases to delete, with the resourceVersion each was listed at: of members gone for
@@ -368,7 +402,10 @@ impl Coordinator {
     /// them: a replica follows them from its start, also while another one coordinates, so that when it
     /// takes over it already knows how long each has been silent (a member that died with the old
     /// coordinator is given up on a lease duration after it died, not after the takeover).
-    pub async fn run(&self, members: &mut Members, mut stop: watch::Receiver<bool>) {
+    ///
+    /// `term` is the term of the coordinator's Lease it coordinates in: the adoption records it makes
+    /// are written by that term's renewals only.
+    pub async fn run(&self, members: &mut Members, term: u64, mut stop: watch::Receiver<bool>) {
         let mut feeds = Feeds::new();
         let mut parents: HashMap<Key, Parent> = HashMap::new();
         let mut set = self.controllers.follow();
@@ -385,6 +422,11 @@ impl Coordinator {
         let mut forgetting: JoinSet<Option<String>> = JoinSet::new();
         // The live members, as the Leases last read show them.
         let mut view: Option<View> = None;
+        // The adoption records, as the first list of this term found them and as decided since (`None`
+        // until that list), and when each was made or retired.
+        let (mut adoptions_now, mut records): (Option<Adoptions>, Records) = (None, Records::default());
+        // The controllers whose parents have been listed once.
+        let mut listed_once: HashSet<u64> = HashSet::new();
         let mut tick = tokio::time::interval(self.retry_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // When the loop last turned, and, after it stood still, the time a list must be sent after.
@@ -399,7 +441,12 @@ impl Coordinator {
                 }
                 Some(listed) = listing.join_next() => {
                     match listed.map_err(anyhow::Error::from).and_then(|l| l).map(|l| self.take(members, l)) {
-                        Ok(versions) => {
+                        Ok((versions, listed_records)) => {
+                            let adoptions = adoptions_now.get_or_insert(listed_records);
+                            let complete = followed.keys().all(|id| listed_once.contains(id));
+                            if records.retire(adoptions, &parents, complete, self.lease_duration) {
+                                self.publish_records(term, adoptions);
+                            }
                             if forgetting.is_empty() {
                                 for lease in self.forgettable(members, &parents, versions) {
                                     forgetting.spawn(self.forget(lease));
@@ -438,7 +485,10 @@ impl Coordinator {
                     watcher::Event::Delete(meta) => {
                         parents.remove(&(id, place(&meta)));
                     }
-                    watcher::Event::InitDone => decide_all = true,
+                    watcher::Event::InitDone => {
+                        listed_once.insert(id);
+                        decide_all = true;
+                    }
                     watcher::Event::Init => {}
                 },
                 Some(done) = writes.join_next(), if !writes.is_empty() => {
@@ -471,22 +521,42 @@ impl Coordinator {
             }
             fresh_after = None;
             // Nothing is decided before the ring's Leases were read once.
-            let Some(view) = &view else { continue };
+            let (Some(view), Some(adoptions)) = (&view, adoptions_now.as_mut()) else { continue };
             while writing.len() < WRITES {
                 let Some(key) = pending.pop() else { break };
                 let (Some(parent), Some(controller)) = (parents.get(&key), followed.get(&key.0)) else { continue };
                 if writing.contains(&key) {
                     continue;
                 }
-                let Some(the_move) = decide(parent, view, |incarnation, parent| members.gone(incarnation, parent.seen))
-                else {
+                // A parent of an incarnation surely stopped and not recorded yet: its parents are given to
+                // the live members now, all at once, and served by them before any is relabelled.
+                if let Some(gone) = unrecorded(parent, view, adoptions)
+                    && records.may_record(gone)
+                    && members.gone(gone, parent.seen)
+                {
+                    let gone = gone.to_owned();
+                    if records.record(adoptions, &gone, view) {
+                        self.publish_records(term, adoptions);
+                        tracing::info!(ring = self.ring, "{gone} is gone; its parents go to {}", describe(view));
+                    }
+                }
+                // Adopted parents are relabelled only once their adopters have had a lease duration to read
+                // the record and catch up: the relabelling (a write per parent and per child, and a list
+                // per parent when its adopter takes it in) would compete with them for the API server.
+                if parent.member.as_deref().is_some_and(|m| records.fresh(m, self.lease_duration)) {
                     continue;
-                };
+                }
+                let Some(the_move) = decide(parent, view, adoptions) else { continue };
                 writing.insert(key.clone());
                 let ar = controller.ctx.definition.family.parent.ar.clone();
                 writes.spawn(self.write(key, ar, the_move, parent.version.clone()));
             }
         }
+    }
+
+    /// Has the renewals of the coordinator's Lease in `term` write `adoptions`.
+    fn publish_records(&self, term: u64, adoptions: &Adoptions) {
+        self.publish.send_replace(Some((term, adoptions.to_annotation())));
     }
 
     /// Follows the parents of the controllers in `now` not followed yet, and stops following (and
@@ -556,6 +626,66 @@ impl Coordinator {
     }
 }
 
+/// The records as this coordinator keeps them: when each was made (or found) and which were retired.
+#[derive(Default)]
+struct Records {
+    since: HashMap<String, Instant>,
+    retired: HashMap<String, Instant>,
+}
+
+impl Records {
+    /// Whether `gone` may be recorded: not within a lease duration (and a retry period) of its record's
+    /// retirement, while a member may still act on a view read before it.
+    fn may_record(&self, gone: &str) -> bool {
+        !self.retired.contains_key(gone)
+    }
+
+    /// Whether `gone`'s record was made (or found) less than `hold` ago.
+    fn fresh(&self, gone: &str, hold: Duration) -> bool {
+        self.since.get(gone).is_some_and(|since| since.elapsed() < hold)
+    }
+
+    /// Records that `gone`'s parents go to the live members of `view`.
+    fn record(&mut self, adoptions: &mut Adoptions, gone: &str, view: &View) -> bool {
+        let members = view.holders.iter().map(|(m, i)| (m.clone(), i.clone())).collect();
+        let added = adoptions.add(gone, members);
+        if added {
+            self.since.insert(gone.to_owned(), Instant::now());
+        }
+        added
+    }
+
+    /// Retires the records no parent needs any more: none carries the label, every controller's parents
+    /// were listed (`complete`), and the record is older than `FORGET_AFTER_LEASES` lease durations. A
+    /// retired label is not recorded again for a lease duration after (see `may_record`). Whether any was.
+    fn retire(
+        &mut self,
+        adoptions: &mut Adoptions,
+        parents: &HashMap<Key, Parent>,
+        complete: bool,
+        lease_duration: Duration,
+    ) -> bool {
+        let now = Instant::now();
+        self.retired.retain(|_, at| now.duration_since(*at) < 2 * lease_duration);
+        if adoptions.is_empty() || !complete {
+            return false;
+        }
+        let named: HashSet<&str> =
+            parents.values().flat_map(|p| p.member.iter().chain(&p.drain)).map(String::as_str).collect();
+        let mut old = |gone: &str| {
+            let since = *self.since.entry(gone.to_owned()).or_insert(now);
+            now.duration_since(since) > lease_duration * FORGET_AFTER_LEASES
+        };
+        let done: Vec<String> = adoptions.gone().filter(|g| !named.contains(g) && old(g)).map(str::to_owned).collect();
+        for gone in &done {
+            adoptions.retire(gone);
+            self.since.remove(gone);
+            self.retired.insert(gone.clone(), now);
+        }
+        !done.is_empty()
+    }
+}
+
 /// A watch event of objects as one of their metadata.
 fn metadata<K: kube::Resource>(event: watcher::Event<K>) -> watcher::Event<ObjectMeta> {
     match event {
@@ -609,6 +739,8 @@ fn describe(view: &View) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn parent(uid: &str, member: Option<&str>, drain: Option<&str>) -> Parent {
@@ -628,35 +760,64 @@ mod tests {
     }
 
     #[test]
-    fn a_parent_moves_only_by_drain_from_a_live_incarnation_and_at_once_from_a_gone_one() {
+    fn a_parent_moves_only_by_drain_from_a_live_incarnation_and_by_record_from_a_gone_one() {
         let view = view();
         let uid = uid_for(&view, "b");
-        let never = |_: &str, _: &Parent| false;
-        let always = |_: &str, _: &Parent| true;
+        let none = Adoptions::default();
         // Unlabelled: assigned to the incarnation holding b's Lease.
-        assert_eq!(decide(&parent(&uid, None, None), &view, never), Some(Move::Assign("b_1".into())));
+        assert_eq!(decide(&parent(&uid, None, None), &view, &none), Some(Move::Assign("b_1".into())));
         // Where it belongs: nothing, or the drain called off.
-        assert_eq!(decide(&parent(&uid, Some("b_1"), None), &view, never), None);
-        assert_eq!(decide(&parent(&uid, Some("b_1"), Some("a_1")), &view, never), Some(Move::Stay));
+        assert_eq!(decide(&parent(&uid, Some("b_1"), None), &view, &none), None);
+        assert_eq!(decide(&parent(&uid, Some("b_1"), Some("a_1")), &view, &none), Some(Move::Stay));
         // On a live incarnation that is no longer its: drained, once.
-        assert_eq!(decide(&parent(&uid, Some("a_1"), None), &view, never), Some(Move::Drain("b_1".into())));
-        assert_eq!(decide(&parent(&uid, Some("a_1"), Some("b_1")), &view, never), None);
-        assert_eq!(decide(&parent(&uid, Some("a_1"), Some("c_1")), &view, never), Some(Move::Drain("b_1".into())));
-        // Even a live incarnation said to be gone is drained: liveness comes first.
-        assert_eq!(decide(&parent(&uid, Some("a_1"), None), &view, always), Some(Move::Drain("b_1".into())));
-        // On an incarnation out of the ring: waited for until it is surely stopped, then taken.
-        assert_eq!(decide(&parent(&uid, Some("dead_1"), None), &view, never), None);
-        assert_eq!(decide(&parent(&uid, Some("dead_1"), Some("b_1")), &view, always), Some(Move::Assign("b_1".into())));
-        // An earlier process of b's own name is another incarnation: its parent waits for it to be
-        // gone, then goes to the process holding b's Lease now.
-        assert_eq!(decide(&parent(&uid, Some("b_0"), None), &view, never), None);
-        assert_eq!(decide(&parent(&uid, Some("b_0"), None), &view, always), Some(Move::Assign("b_1".into())));
+        assert_eq!(decide(&parent(&uid, Some("a_1"), None), &view, &none), Some(Move::Drain("b_1".into())));
+        assert_eq!(decide(&parent(&uid, Some("a_1"), Some("b_1")), &view, &none), None);
+        assert_eq!(decide(&parent(&uid, Some("a_1"), Some("c_1")), &view, &none), Some(Move::Drain("b_1".into())));
+        // On an incarnation out of the ring: it waits for that incarnation's record.
+        assert_eq!(decide(&parent(&uid, Some("dead_1"), None), &view, &none), None);
+        assert_eq!(unrecorded(&parent(&uid, Some("dead_1"), None), &view, &none), Some("dead_1"));
+        assert_eq!(unrecorded(&parent(&uid, Some("a_1"), None), &view, &none), None, "live");
+        // Recorded: labelled for its adopter, who serves it already, even where the ring wants it
+        // elsewhere (it is drained from there after).
+        let mut records = Adoptions::default();
+        records.add("dead_1", BTreeMap::from([("a".into(), "a_1".into())]));
+        assert_eq!(
+            decide(&parent(&uid, Some("dead_1"), Some("b_1")), &view, &records),
+            Some(Move::Assign("a_1".into()))
+        );
+        assert_eq!(unrecorded(&parent(&uid, Some("dead_1"), None), &view, &records), None);
+        // An adopter gone too: the parent waits for the adopter's own record.
+        records.add("old_1", BTreeMap::from([("gone".into(), "gone_1".into())]));
+        assert_eq!(decide(&parent(&uid, Some("old_1"), None), &view, &records), None);
+        assert_eq!(unrecorded(&parent(&uid, Some("old_1"), None), &view, &records), Some("gone_1"));
+        records.add("gone_1", BTreeMap::from([("b".into(), "b_1".into())]));
+        assert_eq!(decide(&parent(&uid, Some("old_1"), None), &view, &records), Some(Move::Assign("b_1".into())));
         // Not taken by its controller: not labelled, but moved if it is labelled already.
         let untaken = |member: Option<&str>| Parent { taken: false, ..parent(&uid, member, None) };
-        assert_eq!(decide(&untaken(None), &view, never), None);
-        assert_eq!(decide(&untaken(Some("a_1")), &view, never), Some(Move::Drain("b_1".into())));
+        assert_eq!(decide(&untaken(None), &view, &none), None);
+        assert_eq!(decide(&untaken(Some("a_1")), &view, &none), Some(Move::Drain("b_1".into())));
         // No live member: nothing to do.
-        assert_eq!(decide(&parent(&uid, None, None), &View::default(), always), None);
+        assert_eq!(decide(&parent(&uid, None, None), &View::default(), &none), None);
+    }
+
+    #[test]
+    fn a_record_is_retired_once_no_parent_needs_it_and_not_made_again_for_a_while() {
+        let lease = Duration::from_millis(20);
+        let mut records = Records::default();
+        let mut adoptions = Adoptions::default();
+        assert!(records.record(&mut adoptions, "dead_1", &view()));
+        assert!(!records.record(&mut adoptions, "dead_1", &view()), "made once");
+        let key = (0, Place::new("ns", "p"));
+        let named = HashMap::from([(key.clone(), parent("u", Some("dead_1"), None))]);
+        let relabelled = HashMap::from([(key, parent("u", Some("a_1"), None))]);
+        std::thread::sleep(lease * (FORGET_AFTER_LEASES + 1));
+        assert!(!records.retire(&mut adoptions, &named, true, lease), "a parent still carries the label");
+        assert!(!records.retire(&mut adoptions, &relabelled, false, lease), "some parents not listed yet");
+        assert!(records.retire(&mut adoptions, &relabelled, true, lease));
+        assert!(adoptions.is_empty() && !records.may_record("dead_1"));
+        std::thread::sleep(lease * 2);
+        records.retire(&mut adoptions, &relabelled, true, lease);
+        assert!(records.may_record("dead_1"), "after the members' views of it have gone stale");
     }
 
     #[test]

@@ -39,6 +39,7 @@ use crate::controller::drive::conclude;
 use crate::controller::drive::owners::{Owners, observed, take_in};
 use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::Context;
+use crate::controller::rules::adoption::Published;
 use crate::controller::rules::children::{Family, MANAGED_BY_LABEL, Observed};
 use hub::Hub;
 use once::Once;
@@ -259,6 +260,9 @@ impl Watch {
             triggers.push(self.other_objects(kind, &parents));
         }
         triggers.push(self.related());
+        if let Some(adopting) = self.ctx.adopting().filter(|a| a.adopter) {
+            triggers.push(records_changed(adopting.records.clone(), parents.clone()));
+        }
         let all_listed = listed_rx.clone();
         triggers.push(self.parents(parents_feed, tracker.clone(), listed_rx));
         // Nothing is reconciled before every child cache holds its first full list: the shared parent
@@ -273,6 +277,18 @@ impl Watch {
         work.run(triggers.boxed(), tracker.clone(), stop).await;
         Ok(tracker.map(|t| t.not_ready()))
     }
+}
+
+/// An adopter's triggers from the adoption records: a change may give it parents it held back.
+fn records_changed(records: watch::Receiver<Published>, parents: Cache<DynamicObject>) -> Triggers {
+    stream::unfold(records, move |mut records| {
+        let parents = parents.clone();
+        async move {
+            records.changed().await.ok()?;
+            Some(((parents.places(), Lane::Change), records))
+        }
+    })
+    .boxed()
 }
 
 /// When a parent whose reconcile panicked is tried again.
