@@ -34,6 +34,7 @@ PROFILES = {
         "scale": {"sizes": [10000, 50000, 100000], "peer_sizes": [10000, 50000]},
         "scale_poll": {"sizes": [100000]},
         "sharding": {"size": 20000, "members": [1, 2, 4]},
+        "failover": {"sizes": [20000, 100000]},
         "kro": {"count": 30, "size": 1000, "window": 60, "few": 20, "big_crds": 200},
         "shell_operator": {"count": 100, "size": 100000},
     },
@@ -51,6 +52,7 @@ PROFILES = {
         "scale": {"sizes": [2000], "peer_sizes": [2000]},
         "scale_poll": {"sizes": [2000]},
         "sharding": {"size": 1000, "members": [1, 2]},
+        "failover": {"sizes": [1000]},
         "kro": {"count": 10, "size": 200, "window": 15, "few": 10, "big_crds": 200},
         "shell_operator": {"count": 20, "size": 2000},
     },
@@ -98,6 +100,7 @@ def main():
         t0 = time.monotonic()
         log(f"{name} ...")
         module = {"metacontroller": metacontroller, "kro": kro, "scale": scale, "scale_poll": scale, "sharding": sharding,
+                  "failover": sharding,
                   "shell_operator": shell_operator}.get(
             name, scenarios
         )

@@ -96,7 +96,8 @@ def write(results, out):
     sections = [("idle", idle_section), ("reaction", reaction_section), ("convergence", convergence_section),
                 ("listing", listing_section), ("footprint", footprint_section), ("restart", restart_section),
                 ("sizing", sizing_section), ("hooks", hooks_section), ("metacontroller", metacontroller_section),
-                ("scale", scale_section), ("sharding", sharding_section), ("kro", kro_section),
+                ("scale", scale_section), ("sharding", sharding_section), ("failover", failover_section),
+                ("kro", kro_section),
                 ("shell_operator", shell_operator_section)]
     if "scale_poll" in results and "scale" not in results:
         results = dict(results, scale={})
@@ -717,6 +718,50 @@ def scale_section(results, w, verdicts, out):
                         f"writes (aim: 20 s, 0), a Sample created during the sweep Ready within "
                         f"{most(r['new_sample_ready_seconds'])}s (aim: 1 s), {r['not_ready']} not Ready, "
                         f"{r['configmaps_wrong']} ConfigMaps wrong.")
+    w("")
+
+
+def failover_section(results, w, verdicts, out):
+    data = results["failover"]
+    w("## 11b. Failover at thousands\n")
+    w("Three members of one ring (`reconcile --watch --shard-ring bench`, default lease timings: 15 s lease, 10 s "
+      "renew deadline, 2 s retry) over N Samples, converged. A member that does not coordinate is killed "
+      "(SIGKILL), then the coordinator. Right after each kill, up to 200 of the victim's Samples, spread over its "
+      "share, are changed: **served** is the time from the kill until every one of their ConfigMaps holds the "
+      "change, as the bench's own watch sees it. The survivors serve a gone member's Samples by the adoption "
+      "record the coordinator writes on its Lease once it gives the member up, before any Sample is relabelled "
+      "([docs/sharding.md](../docs/sharding.md#failover)); **labels** and **children** are when every Sample, "
+      "then every ConfigMap, is labelled for a survivor (the coordinator starts relabelling a lease duration "
+      "after the record, and a survivor relabels each child when it takes the Sample in: a list of the Sample's "
+      "children and a write per child). The aim is 1.2 x (lease duration + retry period) = 20.4 s at any N."
+      f"{measured_on(results, 'failover')}\n")
+    w("| Samples | killed | held | probes changed within s | served after s | labels after s | children after s | "
+      "survivors' peak RSS MiB |")
+    w("|---:|---|---:|---:|---:|---:|---:|---|")
+    fmt = lambda x: f"{x:.1f}" if x is not None else "not within the wait"  # noqa: E731
+    for size in sorted(data, key=int):
+        row = data[size]
+        for case in ("member", "coordinator"):
+            r = row.get(f"kill_{case}")
+            if not r:
+                continue
+            rss = ", ".join(f"{n} {v:.0f}" for n, v in sorted(r["survivor_peak_rss_mib"].items()))
+            w(f"| {int(size):,} | {case} | {r['held']:,} | {r['probes_changed_seconds']:.1f} | "
+              f"**{r['served_seconds']:.1f}** | {fmt(r['labels_seconds'])} | {fmt(r['children_seconds'])} | {rss} |")
+    w("")
+    for size in sorted(data, key=int):
+        row = data[size]
+        w(f"- {int(size):,} Samples converged over three members in {row['converge_seconds']:.0f} s; afterwards "
+          f"{row.get('not_ready', '-')} not Ready, {row.get('configmaps_wrong', '-')} ConfigMaps wrong.")
+        parts = []
+        for case in ("member", "coordinator"):
+            r = row.get(f"kill_{case}")
+            if r:
+                met = "met" if r["served_seconds"] <= 20.4 else "not met"
+                parts.append(f"a killed {case}'s {r['held']:,} Samples served again after {r['served_seconds']:.1f} s "
+                             f"({met})")
+        if parts:
+            verdicts.append(f"Failover at {int(size):,} Samples (aim 20.4 s): " + "; ".join(parts) + ".")
     w("")
 
 

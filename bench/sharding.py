@@ -8,6 +8,7 @@ for the member its Sample is on (what the surviving member's reconciles write). 
 apart from the other members (another member must first take the coordinator's Lease over). Nothing here
 asserts anything."""
 
+import concurrent.futures
 import re
 import subprocess
 import threading
@@ -20,13 +21,17 @@ from scenarios import Seen
 RING = "bench"
 MEMBER_LABEL = f"shard.samplectl.io/{RING}"
 DRAIN_LABEL = f"drain.shard.samplectl.io/{RING}"
+# How many of a killed member's Samples are changed right after the kill, to time their service.
+PROBES = 200
 
 
 class Labels:
-    """Each object's member and drain labels, as a watch sees them; waiting for a condition over all."""
+    """Each object's member and drain labels (and a ConfigMap's testString), as a watch sees them; waiting
+    for a condition over all."""
 
     def __init__(self):
         self.now = {}
+        self.values = {}
         self.cond = threading.Condition()
 
     def __call__(self, kind, obj, at):
@@ -35,9 +40,22 @@ class Labels:
         with self.cond:
             if kind == "DELETED":
                 self.now.pop(name, None)
+                self.values.pop(name, None)
             else:
                 self.now[name] = (labels.get(MEMBER_LABEL), labels.get(DRAIN_LABEL))
+                self.values[name] = (obj.get("data") or {}).get("testString")
             self.cond.notify_all()
+
+    def wait_values(self, settled, timeout):
+        """Waits until settled(dict of name -> testString) holds; returns when it did."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: settled(self.values), timeout):
+                raise TimeoutError("not served in time")
+        return time.monotonic()
+
+    def held_by(self, member):
+        with self.cond:
+            return sorted(name for name, (m, _) in self.now.items() if m == member)
 
     def wait(self, settled, timeout):
         """Waits until settled(list of (member, drain)) holds; returns when it did."""
@@ -157,6 +175,87 @@ def ring_changes(bench, ns, members, size, log):
         samples.wait(on(live("m0", "m1")), 600)
     for w in watches:
         w.stop()
+    return out
+
+
+def probe(bench, ns, names, value):
+    """Changes the testString of each Sample in `names` (16 at a time)."""
+    def patch(name):
+        bench.api.request("PATCH", f"{samples_path(ns)}/{name}", {"testString": value},
+                          content_type="application/merge-patch+json")
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(patch, names))
+
+
+def settle(wait, timeout):
+    """wait(timeout), or None when it timed out."""
+    try:
+        return wait(timeout)
+    except TimeoutError:
+        return None
+
+
+def failover(bench, sizes, log, probes=PROBES):
+    """Three members over `size` Samples; a member that does not coordinate is killed (SIGKILL), then the
+    coordinator. Right after each kill, `probes` of the victim's Samples, spread over its share, are
+    changed: failover is the time from the kill until every probe's ConfigMap holds the change (its
+    Samples served again), against the aim of 1.2 x (lease duration + retry period). Then, how long the
+    labels take to follow (every Sample labelled for a survivor) and the children (every ConfigMap)."""
+    out = {}
+    for size in sizes:
+        ns = f"bench-failover-{size}"
+        fresh_namespace(bench.api, ns)
+        samples, maps = Labels(), Labels()
+        managed = namespaced(ns, "configmaps") + "?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsamplectl"
+        watches = [Watch(bench.api, samples_path(ns), samples), Watch(bench.api, managed, maps)]
+        for w in watches:
+            w.wait_listed(timeout=120)
+        procs = {f"m{i}": member(bench, ns, f"m{i}") for i in range(3)}
+        ids = {name: incarnation(p, name) for name, p in procs.items()}
+        time.sleep(3)
+        started = time.monotonic()
+        bench.create_samples(ns, [f"s-{i:06}" for i in range(size)])
+        patience = max(600, size // 20)
+        maps.wait_values(lambda v: len(v) >= size and all(x is not None for x in v.values()), patience * 2)
+        samples.wait(on(set(ids.values())), patience)
+        row = {"converge_seconds": time.monotonic() - started, "rss_mib": {n: p.rss_mib() for n, p in procs.items()}}
+        log(f"failover {size}: converged in {row['converge_seconds']:.0f}s over 3 members")
+        for case in ("member", "coordinator"):
+            leader = coordinator(bench, ns)
+            victim = leader if case == "coordinator" else next(m for m in sorted(procs) if m != leader)
+            survivors = {ids[n] for n in procs if n != victim}
+            held = samples.held_by(ids[victim])
+            chosen = held[:: max(1, len(held) // probes)][:probes]
+            value = f"after the {case} was killed"
+            t0 = time.monotonic()
+            procs[victim].proc.kill()
+            procs.pop(victim).stop()
+            probe(bench, ns, chosen, value)
+            changed = time.monotonic() - t0
+            served = maps.wait_values(lambda v: all(v.get(p) == value for p in chosen), patience) - t0  # noqa: B023
+            labelled = settle(lambda t: samples.wait(on(survivors), t), patience * 3)  # noqa: B023
+            children = settle(lambda t: maps.wait(on(survivors), t), patience * 3)  # noqa: B023
+            result = {
+                "held": len(held),
+                "probes": len(chosen),
+                "probes_changed_seconds": changed,
+                "served_seconds": served,
+                "labels_seconds": labelled - t0 if labelled else None,
+                "children_seconds": children - t0 if children else None,
+                "survivor_peak_rss_mib": {n: p.peak_rss_mib() for n, p in procs.items()},
+            }
+            row[f"kill_{case}"] = result
+            after = lambda x: f"{x:.1f}s" if x is not None else "not within the wait"  # noqa: E731
+            log(f"failover {size}: SIGKILL of the {case} ({victim}, {len(held)} Samples): {len(chosen)} changed "
+                f"within {changed:.1f}s, all served after {served:.1f}s; labels followed after "
+                f"{after(result['labels_seconds'])}, children after {after(result['children_seconds'])}")
+        total, row["not_ready"], row["configmaps_wrong"] = nothing_lost(bench, ns)
+        out[str(size)] = row
+        for w in watches:
+            w.stop()
+        for p in procs.values():
+            p.stop()
+        delete_namespace(bench.api, ns, timeout=1800)
     return out
 
 

@@ -157,11 +157,19 @@ async fn adopt(
     let mut running: HashMap<String, (watch::Sender<bool>, tokio::task::JoinHandle<()>)> = HashMap::new();
     let plural = &ctx.definition.family.parent.ar.plural;
     loop {
-        let wanted = records.borrow_and_update().adoptions.reaching(&adopting.own);
+        // The labels the records lead to this member from, and those of members silent past a renew
+        // deadline: their watch is started before a record can name them, so that it has listed them
+        // by the time one does (nothing of theirs is reconciled before).
+        let wanted = {
+            let published = records.borrow_and_update();
+            let mut wanted = published.adoptions.reaching(&adopting.own);
+            wanted.extend(published.silent.iter().filter(|s| **s != adopting.own).cloned());
+            wanted
+        };
         running.retain(|label, (stop, _)| {
             let keep = wanted.contains(label);
             if !keep {
-                tracing::info!(controller = ctx.definition.name, "no {plural} of {label} left to serve");
+                tracing::info!(controller = ctx.definition.name, "no {plural} of {label} to serve");
                 let _ = stop.send(true);
             }
             keep
@@ -173,7 +181,7 @@ async fn adopt(
             let Some(adopter) = ctx.adopter(&label) else { continue };
             tracing::info!(
                 controller = ctx.definition.name,
-                "serving the {plural} of {label}, which is gone, that the ring gives this member"
+                "ready to serve the {plural} of {label}, which is silent or gone, that the ring gives this member"
             );
             let (stop_one, stopped) = watch::channel(false);
             let adopter = Arc::new(adopter);

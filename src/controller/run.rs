@@ -430,6 +430,7 @@ async fn shard_then_reconcile(
         ring: member.ring.clone(),
         lease_namespace: lease_namespace.clone(),
         lease_duration,
+        renew_deadline,
         retry_period,
         controllers,
         fence: coordinator_fence.clone(),

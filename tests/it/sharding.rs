@@ -243,7 +243,7 @@ fn a_killed_members_samples_are_served_by_its_record_before_they_are_relabelled(
         "no ConfigMap of {gone}'s was served before its relabelling\n{}",
         logs(&members)
     );
-    assert!(logs(&members).contains(&format!("serving the samples of {gone}, which is gone")), "{}", logs(&members));
+    assert!(logs(&members).contains(&format!("ready to serve the samples of {gone}")), "{}", logs(&members));
 
     // The labels follow, and the record is retired once no Sample carries the gone label (four lease
     // durations after it was made).

@@ -136,7 +136,7 @@ mod tests {
     fn published(read: Option<Instant>) -> Published {
         let mut adoptions = Adoptions::default();
         adoptions.add("a_1", BTreeMap::from([("b".to_owned(), "b_1".to_owned())]));
-        Published { adoptions: Arc::new(adoptions), read }
+        Published { adoptions: Arc::new(adoptions), read, ..Published::default() }
     }
 
     #[test]

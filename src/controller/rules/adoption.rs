@@ -31,11 +31,14 @@ use super::ring::Ring;
 /// live members (name to incarnation) it was given to.
 pub const ANNOTATION: &str = "adoptions.shard.samplectl.io";
 
-/// The records as a member last read them from the coordinator's Lease, and when that read was sent.
+/// The records as a member last read them from the coordinator's Lease, and when that read was sent;
+/// with the incarnations whose Leases that member has seen go unrenewed past a renew deadline, whose
+/// parents it gets ready to serve (by watching their label) before any record names them.
 #[derive(Debug, Clone, Default)]
 pub struct Published {
     pub adoptions: Arc<Adoptions>,
     pub read: Option<Instant>,
+    pub silent: BTreeSet<String>,
 }
 
 /// One gone incarnation's parents, given to the members live when it went.

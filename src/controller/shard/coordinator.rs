@@ -25,7 +25,7 @@
 //! that changed in between is decided again from the watch's newer copy; and none is sent once the
 //! coordinator's own Lease is past its renew deadline (its `fence`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -244,6 +244,15 @@ impl Members {
         now.checked_duration_since(stopped).filter(|_| !self.live(member, now))
     }
 
+    /// The incarnations holding a Lease that has not been seen renewed for longer than `after`.
+    pub fn silent(&self, after: Duration, now: Instant) -> BTreeSet<String> {
+        self.seen
+            .values()
+            .filter(|(_, since)| now.duration_since(*since) > after)
+            .filter_map(|(record, _)| record.0.clone())
+            .collect()
+    }
+
     /// The incarnation that last held `member`'s Lease, as seen.
     pub fn holder(&self, member: &str) -> Option<&str> {
         self.seen.get(member).and_then(|(record, _)| record.0.as_deref())
@@ -269,6 +278,8 @@ pub struct Coordinator {
     pub ring: String,
     pub lease_namespace: String,
     pub lease_duration: Duration,
+    /// How long a member's Lease may go unrenewed before this member gets ready to serve its parents.
+    pub renew_deadline: Duration,
     pub retry_period: Duration,
     /// The controllers the process runs, each with the namespace it reconciles (all when `None`), as
     /// they are now: a controller object started later is followed from then on.
@@ -332,16 +343,18 @@ impl Coordinator {
     /// Takes in the ring's Leases as listed, and shows this member's contexts the adoption records;
     /// returns each Lease's resourceVersion, by member, and the records.
     fn take(&self, members: &mut Members, (leases, adoptions, sent): Listing) -> (Vec<(String, String)>, Adoptions) {
+        let versions = leases.iter().map(|(member, _, version)| (member.clone(), version.clone())).collect();
+        members.observe(leases.into_iter().map(|(member, record, _)| (member, record)), sent, Instant::now());
+        let silent = members.silent(self.renew_deadline, Instant::now());
         self.records.send_if_modified(|published| {
             published.read = published.read.max(Some(sent.into_std()));
-            let changed = *published.adoptions != adoptions;
+            let changed = *published.adoptions != adoptions || published.silent != silent;
             if changed {
                 published.adoptions = Arc::new(adoptions.clone());
+                published.silent = silent;
             }
             changed
         });
-        let versions = leases.iter().map(|(member, _, version)| (member.clone(), version.clone())).collect();
-        members.observe(leases.into_iter().map(|(member, record, _)| (member, record)), sent, Instant::now());
         (versions, adoptions)
     }
 
@@ -854,6 +867,8 @@ mod tests {
         // a renews, b does not.
         listed(&mut members, vec![("a", record(Some("a_1"), 11)), ("b", record(Some("b_1"), 1))], later(10));
         assert!(members.live("b", later(15)) && !members.gone("b_1", start));
+        assert_eq!(members.silent(Duration::from_secs(10), later(10)), BTreeSet::new());
+        assert_eq!(members.silent(Duration::from_secs(10), later(12)), BTreeSet::from(["b_1".to_owned()]));
         assert!(!members.live("b", later(16)), "not renewed for its duration: out of the ring");
         assert!(!members.gone("b_1", start), "but not gone before a list sent after its duration shows it so");
         listed(&mut members, vec![("a", record(Some("a_1"), 11)), ("b", record(Some("b_1"), 1))], later(16));
