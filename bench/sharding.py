@@ -23,6 +23,8 @@ MEMBER_LABEL = f"shard.samplectl.io/{RING}"
 DRAIN_LABEL = f"drain.shard.samplectl.io/{RING}"
 # How many of a killed member's Samples are changed right after the kill, to time their service.
 PROBES = 200
+# How long the bench waits, after a kill, for the labels (then the children) to follow.
+FOLLOW_WAIT = 900
 
 
 class Labels:
@@ -233,8 +235,9 @@ def failover(bench, sizes, log, probes=PROBES):
             probe(bench, ns, chosen, value)
             changed = time.monotonic() - t0
             served = maps.wait_values(lambda v: all(v.get(p) == value for p in chosen), patience) - t0  # noqa: B023
-            labelled = settle(lambda t: samples.wait(on(survivors), t), patience * 3)  # noqa: B023
-            children = settle(lambda t: maps.wait(on(survivors), t), patience * 3)  # noqa: B023
+            # The labels following are not what failover waits for: waited for up to FOLLOW_WAIT each.
+            labelled = settle(lambda t: samples.wait(on(survivors), t), FOLLOW_WAIT)  # noqa: B023
+            children = settle(lambda t: maps.wait(on(survivors), t), FOLLOW_WAIT)  # noqa: B023
             result = {
                 "held": len(held),
                 "probes": len(chosen),

@@ -30,7 +30,7 @@ use super::serve::metrics_access::MetricsAccess;
 use super::serve::{Secure, Serving, serve_health, serve_metrics, tls};
 use super::settings::{Driver, Serve, Settings, Sharding, Source};
 use super::shard::controllers::Controllers;
-use super::shard::coordinator::{Coordinator, Members};
+use super::shard::coordinator::{Coordinator, HURRY, Members};
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
 use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
@@ -468,14 +468,15 @@ async fn shard_then_reconcile(
 /// the time it follows the ring's Leases, so that it can take over knowing how long each has been silent.
 async fn coordinate(coordinator: Coordinator, mut candidacy: Candidate, mut stop: watch::Receiver<bool>) {
     let mut members = Members::new(coordinator.lease_duration, tokio::time::Instant::now());
-    let mut tick = tokio::time::interval(coordinator.retry_period);
+    let mut tick = tokio::time::interval(coordinator.retry_period / HURRY);
+    let mut last_list = None;
     'standby: loop {
         loop {
             tokio::select! {
-                _ = tick.tick() => {
+                _ = tick.tick() => if coordinator.list_due(&mut last_list) {
                     // A failure here is the coordinator's to report, once it coordinates.
                     let _ = coordinator.observe(&mut members).await;
-                }
+                },
                 held = async { candidacy.leading.wait_for(|held| *held).await.is_ok() } => match held {
                     true => break,
                     false => return,

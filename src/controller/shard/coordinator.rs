@@ -51,6 +51,9 @@ use crate::controller::rules::ring::Ring;
 use crate::controller::rules::shard::{RING_LABEL, drain_label, lease_prefix, member_label};
 use crate::controller::shard::controllers::{Controller, Controllers, Set};
 
+/// How many times a retry period the ring's Leases are listed while a member is silent.
+pub const HURRY: u32 = 4;
+
 /// How many label writes the coordinator has in flight at once (a join moves about 1/N of the parents).
 const WRITES: usize = 32;
 
@@ -358,6 +361,21 @@ impl Coordinator {
         (versions, adoptions)
     }
 
+    /// Whether the ring's Leases are to be listed again, the last list having been sent at `last` (set
+    /// to now when they are): every retry period, and `HURRY` times as often while a member has gone
+    /// unrenewed past a renew deadline, so that its end is seen, and its record read, sooner.
+    pub fn list_due(&self, last: &mut Option<Instant>) -> bool {
+        let hurry = !self.records.borrow().silent.is_empty();
+        let every = if hurry { self.retry_period / HURRY } else { self.retry_period };
+        let now = Instant::now();
+        // A tick can come a little early: what is due within a few milliseconds is due.
+        let due = last.is_none_or(|at| now + Duration::from_millis(5) >= at + every);
+        if due {
+            *last = Some(now);
+        }
+        due
+    }
+
     /// Lists the ring's Leases and takes them in (a standby following them, with nothing else to do).
     pub async fn observe(&self, members: &mut Members) -> anyhow::Result<Vec<(String, String)>> {
         let listing = self.list_leases().await?;
@@ -440,15 +458,16 @@ impl Coordinator {
         let (mut adoptions_now, mut records): (Option<Adoptions>, Records) = (None, Records::default());
         // The controllers whose parents have been listed once.
         let mut listed_once: HashSet<u64> = HashSet::new();
-        let mut tick = tokio::time::interval(self.retry_period);
+        let mut tick = tokio::time::interval(self.retry_period / HURRY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_list = None;
         // When the loop last turned, and, after it stood still, the time a list must be sent after.
         let (mut last_turn, mut fresh_after) = (Instant::now(), None);
         loop {
             let mut decide_all = false;
             tokio::select! {
                 _ = tick.tick() => {
-                    if listing.is_empty() {
+                    if listing.is_empty() && self.list_due(&mut last_list) {
                         listing.spawn(self.list_leases());
                     }
                 }
