@@ -93,6 +93,17 @@ impl Adoptions {
         self.records.is_empty()
     }
 
+    /// "none", or "m1_x to m0_y, m2_z; ..." for the log.
+    pub fn describe(&self) -> String {
+        if self.records.is_empty() {
+            return "none".into();
+        }
+        let one = |(gone, record): (&String, &Record)| {
+            format!("{gone} to {}", record.members.values().cloned().collect::<Vec<_>>().join(", "))
+        };
+        self.records.iter().map(one).collect::<Vec<_>>().join("; ")
+    }
+
     pub fn has(&self, incarnation: &str) -> bool {
         self.records.contains_key(incarnation)
     }

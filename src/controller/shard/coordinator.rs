@@ -353,6 +353,9 @@ impl Coordinator {
             published.read = published.read.max(Some(sent.into_std()));
             let changed = *published.adoptions != adoptions || published.silent != silent;
             if changed {
+                if *published.adoptions != adoptions {
+                    tracing::info!(ring = self.ring, "the ring's adoption records: {}", adoptions.describe());
+                }
                 published.adoptions = Arc::new(adoptions.clone());
                 published.silent = silent;
             }

@@ -181,6 +181,7 @@ impl Watch {
         (cache, events): (Cache<DynamicObject>, impl Stream<Item = WatchEvent> + Send + 'static),
         once: Option<Arc<Once>>,
         mut listed: watch::Receiver<Vec<bool>>,
+        changed: Option<Changed>,
     ) -> Triggers {
         let (ctx, started) = (self.ctx.clone(), Instant::now());
         // With ignoreStatusChanges, what each parent last was, to tell a status write from a change.
@@ -194,6 +195,9 @@ impl Watch {
         let parents = triggers(events, move |seen| match seen {
             Seen::Applied(parent) => {
                 let at = place(&parent.metadata);
+                if let Some(changed) = &changed {
+                    changed.lock().unwrap_or_else(|e| e.into_inner()).insert(at.clone());
+                }
                 let unchanged = ignore_status && {
                     let now = print(&parent);
                     prints.insert(at.clone(), now) == Some(now)
@@ -260,11 +264,12 @@ impl Watch {
             triggers.push(self.other_objects(kind, &parents));
         }
         triggers.push(self.related());
-        if let Some(adopting) = self.ctx.adopting().filter(|a| a.adopter) {
-            triggers.push(records_changed(adopting.records.clone(), parents.clone()));
+        let changed = self.ctx.adopting().filter(|a| a.adopter).map(|_| Changed::default());
+        if let (Some(adopting), Some(changed)) = (self.ctx.adopting(), &changed) {
+            triggers.push(records_changed(adopting.records.clone(), parents.clone(), changed.clone()));
         }
         let all_listed = listed_rx.clone();
-        triggers.push(self.parents(parents_feed, tracker.clone(), listed_rx));
+        triggers.push(self.parents(parents_feed, tracker.clone(), listed_rx, changed.clone()));
         // Nothing is reconciled before every child cache holds its first full list: the shared parent
         // cache fills on its own, so a conflict watch's or one child type's first list could otherwise
         // trigger parents whose children are not cached yet (and they would be created again). What is
@@ -279,15 +284,23 @@ impl Watch {
     }
 }
 
-/// An adopter's triggers from the adoption records: a change may give it parents it held back.
-fn records_changed(records: watch::Receiver<Published>, parents: Cache<DynamicObject>) -> Triggers {
+/// The parents an adopter's watch saw change since the records last changed.
+type Changed = Arc<Mutex<std::collections::HashSet<Place>>>;
+
+/// An adopter's triggers from the adoption records: a change may give it parents it held back. The
+/// ones that changed while nobody served them come first; every other is looked at once after, as in
+/// a sweep (most are as their gone member left them, but it may have died halfway through one).
+fn records_changed(records: watch::Receiver<Published>, parents: Cache<DynamicObject>, changed: Changed) -> Triggers {
     stream::unfold(records, move |mut records| {
-        let parents = parents.clone();
+        let (parents, changed) = (parents.clone(), changed.clone());
         async move {
             records.changed().await.ok()?;
-            Some(((parents.places(), Lane::Change), records))
+            let first: Vec<Place> = changed.lock().unwrap_or_else(|e| e.into_inner()).drain().collect();
+            let batches = [(first, Lane::Change), (parents.places(), Lane::Sweep)];
+            Some((stream::iter(batches), records))
         }
     })
+    .flatten()
     .boxed()
 }
 
