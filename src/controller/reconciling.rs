@@ -166,6 +166,9 @@ async fn adopt(
             wanted.extend(published.silent.iter().filter(|s| **s != adopting.own).cloned());
             wanted
         };
+        if wanted.is_empty() {
+            adopting.forget_adopted();
+        }
         running.retain(|label, (stop, _)| {
             let keep = wanted.contains(label);
             if !keep {
@@ -193,9 +196,6 @@ async fn adopt(
                 adopter.flush_events().await;
             });
             running.insert(label, (stop_one, task));
-        }
-        if running.is_empty() {
-            adopting.forget_adopted();
         }
         tokio::select! {
             changed = records.changed() => if changed.is_err() { break },

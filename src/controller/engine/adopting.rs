@@ -88,12 +88,14 @@ impl Adopting {
 
     /// Whether an adopter's context serving for `label` reconciles the parent with `uid` at `version`.
     pub fn serves(&self, label: &str, uid: &str, version: Option<&str>) -> Serves {
-        let published = self.records.borrow().clone();
-        if published.read.is_none_or(|read| read.elapsed() >= self.fresh_for) {
-            return Serves::Stale;
-        }
-        if published.adoptions.resolve(label, uid) != Some(self.own.as_str()) {
-            return Serves::NotOurs;
+        {
+            let published = self.records.borrow();
+            if published.read.is_none_or(|read| read.elapsed() >= self.fresh_for) {
+                return Serves::Stale;
+            }
+            if published.adoptions.resolve(label, uid) != Some(self.own.as_str()) {
+                return Serves::NotOurs;
+            }
         }
         let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         match (shared.newest.get(uid), number(version)) {
@@ -119,7 +121,8 @@ impl Adopting {
         Some(Claim { shared: self.shared.clone(), uid: uid.to_owned() })
     }
 
-    /// Forgets the versions noted for adopted parents, once no adopter's context runs.
+    /// Forgets the versions noted for adopted parents, once the records lead to this member from no gone
+    /// label and no member is silent (the same for every controller of the process).
     pub fn forget_adopted(&self) {
         self.shared.lock().unwrap_or_else(|e| e.into_inner()).newest.clear();
     }
