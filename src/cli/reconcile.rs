@@ -65,7 +65,8 @@ pub struct ReconcileArgs {
 
     /// Share the parents among every replica started with this ring name: each holds a Lease of its own
     /// and reconciles the parents labelled for it; one of them labels each parent by consistent hashing
-    /// and moves parents as replicas come and go (in place of --leader-elect)
+    /// and moves parents as replicas come and go (in place of --leader-elect); with --hooks-dir, the
+    /// objects of the hooks' kubernetes bindings, each member's hooks seeing only its share
     #[arg(long, value_name = "NAME", conflicts_with_all = ["leader_elect", "once"])]
     pub shard_ring: Option<String>,
 
@@ -173,7 +174,7 @@ pub struct ReconcileArgs {
     /// asked for its bindings with --config, then run with binding contexts at start-up and on schedules
     #[arg(long, env = "SHELL_OPERATOR_HOOKS_DIR", value_name = "DIR", help_heading = "Controllers",
           conflicts_with_all = [ids::GVR, "hook", "hook_url", "hook_process", "children", "finalize", "filenames", "from_cluster",
-                                "once", "shard_ring"],
+                                "once"],
           value_hint = ValueHint::DirPath)]
     pub hooks_dir: Option<std::path::PathBuf>,
 

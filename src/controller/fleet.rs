@@ -30,7 +30,7 @@ use super::engine::{Context, Definition, Writer};
 use super::reconciling::{Driving, Reconciling};
 use super::rules::graph::rgd::Features;
 use super::serve::Serving;
-use super::shard::controllers::Controllers;
+use super::shard::controllers::{Controllers, of_contexts};
 use crate::cluster::client::Connection;
 use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
 use crate::cluster::scope;
@@ -189,8 +189,12 @@ impl State<'_> {
                 );
                 let contexts: Vec<Arc<Context>> = reconciling.controllers.iter().map(|(c, _)| c.clone()).collect();
                 self.serving.health.expect_more(contexts.len());
-                let in_ring =
-                    self.fleet.ring.as_ref().map(|ring| ring.add(&reconciling.controllers)).unwrap_or_default();
+                let in_ring = self
+                    .fleet
+                    .ring
+                    .as_ref()
+                    .map(|ring| ring.add(&of_contexts(&reconciling.controllers)))
+                    .unwrap_or_default();
                 let task = tokio::spawn(reconciling.run(stopped));
                 self.running.insert(key, Running { version, stop, task, contexts, in_ring });
             }

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use super::crd::serves_samples;
 use super::define;
 use super::define::hooks_dir;
+use super::drive::events::share::Share;
 use super::drive::events::{self as hooks, Hooks};
 use super::drive::observe;
 use super::drive::watch::hub::Hub;
@@ -29,7 +30,7 @@ use super::serve::metrics::Metrics;
 use super::serve::metrics_access::MetricsAccess;
 use super::serve::{Secure, Serving, serve_health, serve_metrics, tls};
 use super::settings::{Driver, Serve, Settings, Sharding, Source};
-use super::shard::controllers::Controllers;
+use super::shard::controllers::{Controllers, of_contexts};
 use super::shard::coordinator::{Coordinator, HURRY, Members};
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
@@ -69,12 +70,21 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
             };
             Plan::Fleet(Fleet { selector, namespace: namespace.clone(), driving, writer, kro_features, ring })
         }
-        Source::HooksDir { dir, tmp_dir, webhooks } => Plan::Hooks(Hooks {
-            hooks: hooks_dir::load(&dir).await?,
-            tmp_dir: make_tmp_dir(tmp_dir)?,
-            webhooks,
-            fence: election.as_ref().map(|e| e.fence.clone()).unwrap_or_default(),
-        }),
+        Source::HooksDir { dir, tmp_dir, webhooks } => {
+            let hooks = hooks_dir::load(&dir).await?;
+            let (fence, share, ring) = match &sharding {
+                Some(sharding) => {
+                    hooks_dir::check_shardable(&hooks)?;
+                    let ring = Controllers::default();
+                    let joining = ring.clone();
+                    let join = Box::new(move |shares, namespace| drop(joining.add(&[(shares, namespace)])));
+                    let share = Arc::new(Share::new(sharding.member.clone(), join));
+                    (Fence::closed(), Some(share), Some(ring))
+                }
+                None => (election.as_ref().map(|e| e.fence.clone()).unwrap_or_default(), None, None),
+            };
+            Plan::Hooks(Hooks { hooks, tmp_dir: make_tmp_dir(tmp_dir)?, webhooks, fence, share }, ring)
+        }
         Source::Manifests(paths) => Plan::Fixed(define::from_manifests(conn, &paths, kro_features).await?),
         Source::Flags { gvr, hook } => {
             let resolved = resolve_parent(conn, &gvr).await?;
@@ -102,11 +112,19 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
             }
             _ => lead_or_run(conn, election, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await,
         },
-        Plan::Hooks(hooks) => {
+        Plan::Hooks(hooks, ring) => {
             serving.health.synced();
+            let fence = hooks.fence.clone();
             // The webhooks are served by every replica, a standby too, from the start.
             let ready = hooks.serve(conn, &serving, stop.clone()).await?;
-            lead_or_run(conn, election, Work::Hooks(ready), &serving, stop, shutdown_timeout).await
+            match (sharding, ring) {
+                (Some(sharding), Some(controllers)) => {
+                    let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
+                    let member = Membership { sharding, fence, hub, controllers, records };
+                    shard_then_reconcile(conn, member, Work::Hooks(ready), &serving, stop, shutdown_timeout).await
+                }
+                _ => lead_or_run(conn, election, Work::Hooks(ready), &serving, stop, shutdown_timeout).await,
+            }
         }
         Plan::Fixed(definitions) => {
             serving.health.expect(definitions.len());
@@ -120,7 +138,7 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
                 Reconciling::new(conn, definitions, namespace.as_deref(), driving, &writer, &serving, &hub);
             match sharding {
                 Some(sharding) => {
-                    let controllers = Controllers::of(&reconciling.controllers);
+                    let controllers = Controllers::of(&of_contexts(&reconciling.controllers));
                     let member = Membership { sharding, fence: writer.fence, hub, controllers, records };
                     shard_then_reconcile(conn, member, Work::Fixed(reconciling), &serving, stop, shutdown_timeout).await
                 }
@@ -140,8 +158,8 @@ enum Plan {
     Fixed(Vec<Definition>),
     /// The cluster's controller objects.
     Fleet(Fleet),
-    /// shell-operator's hooks.
-    Hooks(Hooks),
+    /// shell-operator's hooks, and in a shard ring the set their kubernetes bindings join.
+    Hooks(Hooks, Option<Controllers>),
 }
 
 /// shell-operator's temporary directory: made if missing (its parent must exist, as there), a fresh

@@ -606,8 +606,29 @@ fn bad_hook_configs_are_refused_with_the_hook_and_the_field() {
     assert!(run.stderr.contains("they do nothing with --hooks-dir"), "{}", run.stderr);
     let run = crate::support::samplectl_bare(&["reconcile", "--hooks-dir", "/tmp", "--gvr", "v1/configmaps"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
-    let run = crate::support::samplectl_bare(&["reconcile", "--hooks-dir", "/tmp", "--shard-ring", "r"]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
+    // What a shard ring cannot share out: a webhook reading snapshots, namespaces picked by labels.
+    let ring = ["--shard-ring", "r", "--shard-member", "m"];
+    let hooks = Hooks::new();
+    hooks.hook(
+        "hook.sh",
+        "configVersion: v1\nkubernetes:\n- name: pods\n  kind: Pod\nkubernetesValidating:\n- name: v.example.com\n  \
+         includeSnapshotsFrom: [pods]\n  rules:\n  - operations: [CREATE]\n    apiVersions: [v1]\n    \
+         resources: [pods]\n    apiGroups: ['']",
+        "true",
+    );
+    let run = hooks_run(&hooks, &ring);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("hook 'hook.sh': webhook \"v.example.com\" reads snapshots"), "{}", run.stderr);
+    let hooks = Hooks::new();
+    hooks.hook(
+        "hook.sh",
+        "configVersion: v1\nkubernetes:\n- name: pods\n  kind: Pod\n  namespace:\n    labelSelector:\n      \
+         matchLabels: {team: a}",
+        "true",
+    );
+    let run = hooks_run(&hooks, &ring);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("kubernetes binding \"pods\" picks namespaces by labels"), "{}", run.stderr);
 }
 
 /// What shell-operator lacks: with `--leader-elect`, one replica runs the hooks and the others stand by;
@@ -626,19 +647,8 @@ fn with_leader_election_one_replica_runs_the_hooks_and_another_takes_over() {
         r#"echo "tick $PPID" >> "$OUT/runs""#,
     );
     let lease = format!("shell-{}", ns.0);
-    let elect = [
-        "--leader-elect",
-        "--leader-election-id",
-        &lease,
-        "--leader-election-namespace",
-        &ns.0,
-        "--lease-duration",
-        "4s",
-        "--renew-deadline",
-        "3s",
-        "--retry-period",
-        "500ms",
-    ];
+    let mut elect = vec!["--leader-elect", "--leader-election-id", &lease];
+    elect.extend(short_leases(&ns.0));
     let ran_by = |pid: u32| {
         let pid = pid.to_string();
         hooks.lines("runs").iter().filter(|l| l.ends_with(&format!(" {pid}"))).cloned().collect::<Vec<_>>()
@@ -704,6 +714,20 @@ fn a_binding_on_a_kind_not_served_yet_runs_once_its_crd_is_installed() {
         if hooks.lines("ticks").is_empty() { Err(String::new()) } else { Ok(()) }
     });
     kubectl(&["delete", "crd", &format!("{plural}.{group}"), "--wait=false"]).success();
+}
+
+/// Leases in `namespace` with short timings, so that a killed process is replaced within seconds.
+fn short_leases(namespace: &str) -> [&str; 8] {
+    [
+        "--leader-election-namespace",
+        namespace,
+        "--lease-duration",
+        "4s",
+        "--renew-deadline",
+        "3s",
+        "--retry-period",
+        "500ms",
+    ]
 }
 
 /// `samplectl reconcile` on `hooks` with `extra` flags, to its end.
@@ -1061,4 +1085,159 @@ echo '{"allowed": false, "message": "refused by the hook"}' > "$VALIDATING_RESPO
     assert_eq!(code, Some(0), "{logged}");
     let (code, logged) = leader.stop("TERM", Duration::from_secs(10));
     assert_eq!(code, Some(0), "{logged}");
+}
+
+/// Beyond shell-operator: with `--shard-ring`, each member's hooks see only its share of a binding's
+/// objects. Members join and one is killed while the objects change; every change reaches some member's
+/// hook (the last one is on every object at the end, as the hooks wrote it), no object is run by two
+/// members at overlapping times, an object handed over is never said deleted, and an object deleted is
+/// said deleted exactly once.
+#[test]
+fn a_shard_ring_shares_a_bindings_objects_and_hands_each_over_without_two_members_running_it() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("shell-ring");
+    let hooks = Hooks::new();
+    let config = format!(
+        "configVersion: v1\nkubernetes:\n- apiVersion: v1\n  kind: ConfigMap\n  namespace:\n    nameSelector:\n      \
+         matchNames: [{}]\n  labelSelector:\n    matchLabels:\n      app: ring\n  keepFullObjectsInMemory: false\n  \
+         jqFilter: '{{name: .metadata.name, v: .data.v}}'",
+        ns.0
+    );
+    // Each object a run carries: a line `name v event pid start end`, and the value written back as an
+    // annotation, which kubectl then shows.
+    let body = format!(
+        r#"t0=$(date +%s%N)
+items=$(jq -c '.[] | if .type == "Event" then [.filterResult.name, .filterResult.v, .watchEvent]
+  elif .type == "Synchronization" then (.objects[] | [.filterResult.name, .filterResult.v, "Sync"]) else empty end' "$BINDING_CONTEXT_PATH")
+sleep 1
+t1=$(date +%s%N)
+echo "$items" | while read -r item; do
+  [ -z "$item" ] && continue
+  name=$(jq -r '.[0]' <<<"$item"); v=$(jq -r '.[1]' <<<"$item"); ev=$(jq -r '.[2]' <<<"$item")
+  echo "$name $v $ev $PPID $t0 $t1" >> "$OUT/runs"
+  [ "$ev" = Deleted ] && continue
+  jq -n --arg n "$name" --arg v "$v" '{{operation: "MergePatch", apiVersion: "v1", kind: "ConfigMap", namespace: "{ns}",
+    name: $n, ignoreMissingObject: true, mergePatch: {{metadata: {{annotations: {{seen: $v}}}}}}}}' >> "$KUBERNETES_PATCH_PATH"
+done"#,
+        ns = ns.0
+    );
+    hooks.hook("objects.sh", &config, &body);
+    let n = 24;
+    let set = |i: usize, v: usize| {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": format!("cm{i}"), "labels": {"app": "ring"}}, "data": {"v": v.to_string()}});
+        crate::support::apply(&ns.0, &cm);
+    };
+    for i in 0..n {
+        set(i, 0);
+    }
+    let ring = format!("hooks-{}", ns.0);
+    let member = |name: &str| {
+        let mut flags = vec!["--shard-ring", &ring, "--shard-member", name];
+        flags.extend(short_leases(&ns.0));
+        hooks.run(&flags)
+    };
+    let runs = || -> Vec<(String, String, String, u32, u128, u128)> {
+        hooks
+            .lines("runs")
+            .iter()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                Some((
+                    f[0].into(),
+                    f[1].into(),
+                    f[2].into(),
+                    f[3].parse().ok()?,
+                    f[4].parse().ok()?,
+                    f[5].parse().ok()?,
+                ))
+            })
+            .collect()
+    };
+    let seen = |wanted: &dyn Fn(usize) -> Option<String>| -> Result<(), String> {
+        let listed = kubectl_json(&["-n", &ns.0, "get", "cm", "-l", "app=ring"]);
+        let wrong: Vec<String> = listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|cm| {
+                let name = cm["metadata"]["name"].as_str()?;
+                let i: usize = name.trim_start_matches("cm").parse().ok()?;
+                let has = cm["metadata"]["annotations"]["seen"].as_str().map(str::to_owned);
+                (has != wanted(i)).then(|| format!("{name}: {has:?}"))
+            })
+            .collect();
+        if wrong.is_empty() { Ok(()) } else { Err(format!("{wrong:?}")) }
+    };
+
+    let a = member("a");
+    let b = member("b");
+    eventually(Duration::from_secs(60), "every object run by a member", || {
+        seen(&|_| Some("0".into())).map_err(|e| format!("{e}\n{}\n{}", a.stderr(), b.stderr()))
+    });
+    let pids = |runs: &[(String, String, String, u32, u128, u128)]| {
+        runs.iter().map(|r| r.3).collect::<std::collections::BTreeSet<u32>>()
+    };
+    assert_eq!(pids(&runs()), [a.child.id(), b.child.id()].into(), "both members run objects");
+
+    // A stream of changes, while a third member joins and the second is killed.
+    let (a_pid, b_pid) = (a.child.id(), b.child.id());
+    let mut b = Some(b);
+    let mut b_log = String::new();
+    let mut c = None;
+    for round in 1..=6 {
+        for i in 0..n {
+            set(i, round);
+        }
+        if round == 2 {
+            c = Some(member("c"));
+        }
+        if round == 4
+            && let Some(b) = b.take()
+        {
+            b_log = b.stop("KILL", Duration::from_secs(5)).1;
+        }
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let c = c.unwrap();
+    let c_pid = c.child.id();
+    eventually(Duration::from_secs(60), "the last change on every object", || {
+        seen(&|_| Some("6".into())).map_err(|e| format!("{e}\n{}\n{}", a.stderr(), c.stderr()))
+    });
+    assert!(pids(&runs()).contains(&c_pid), "the member that joined runs objects: {}", c.stderr());
+    assert!(
+        a.stderr().contains("handed over to shard member") || b_log.contains("handed over to shard member"),
+        "{}\n{b_log}",
+        a.stderr()
+    );
+
+    // Deletions are said once, by one member.
+    for i in 0..4 {
+        kubectl(&["-n", &ns.0, "delete", "cm", &format!("cm{i}")]).success();
+    }
+    eventually(SOON, "each deletion said", || {
+        let deleted: Vec<_> = runs().into_iter().filter(|r| r.2 == "Deleted").collect();
+        if deleted.len() >= 4 { Ok(()) } else { Err(format!("{deleted:?}")) }
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let all = runs();
+    let mut deleted: Vec<&str> = all.iter().filter(|r| r.2 == "Deleted").map(|r| r.0.as_str()).collect();
+    deleted.sort();
+    assert_eq!(deleted, ["cm0", "cm1", "cm2", "cm3"], "{all:?}");
+
+    // No object run by two processes at overlapping times.
+    let mut overlaps = Vec::new();
+    for (i, x) in all.iter().enumerate() {
+        for y in &all[i + 1..] {
+            if x.0 == y.0 && x.3 != y.3 && x.4 < y.5 && y.4 < x.5 {
+                overlaps.push(format!("{x:?} and {y:?}"));
+            }
+        }
+    }
+    assert!(overlaps.is_empty(), "{overlaps:?}");
+    assert!(pids(&all).is_subset(&[a_pid, b_pid, c_pid].into()));
+    for member in [a, c] {
+        let (code, logged) = member.stop("TERM", Duration::from_secs(15));
+        assert_eq!(code, Some(0), "{logged}");
+    }
 }

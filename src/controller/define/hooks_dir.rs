@@ -70,6 +70,38 @@ fn check_webhook_paths(hooks: &[ShellHook]) -> Result<()> {
     Ok(())
 }
 
+/// In a shard ring each member's hooks see only its share of the kubernetes bindings' objects. Refused
+/// there: a webhook that reads snapshots (a review may reach any member, whose snapshots hold only its
+/// share), and a binding that picks namespaces by labels (its objects cannot be told from their
+/// metadata alone, which is what the ring's coordinator follows).
+pub fn check_shardable(hooks: &[ShellHook]) -> Result<()> {
+    for hook in hooks {
+        let config = &hook.config;
+        let webhooks = config.admission.iter().map(|a| (&a.name, &a.include_snapshots));
+        let conversions = config.conversion.iter().map(|c| (&c.name, &c.include_snapshots));
+        if let Some((name, _)) = webhooks.chain(conversions).find(|(_, snapshots)| !snapshots.is_empty()) {
+            bail!(
+                "hook '{}': webhook {name:?} reads snapshots, which --shard-ring shares out among the members \
+                 (a review may reach any member); run it with --leader-elect instead",
+                hook.name
+            );
+        }
+        if let Some(binding) = config
+            .kubernetes
+            .iter()
+            .find(|k| matches!(k.namespaces, crate::controller::rules::shell::config::Namespaces::Labelled(_)))
+        {
+            bail!(
+                "hook '{}': kubernetes binding {:?} picks namespaces by labels (namespace.labelSelector), which \
+                 --shard-ring does not share out; name the namespaces, or run it with --leader-elect instead",
+                hook.name,
+                binding.name
+            );
+        }
+    }
+    Ok(())
+}
+
 fn walk(root: &Path, dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|err| anyhow!("hooks directory: {}: {err}", dir.display()))?;
     for entry in entries {

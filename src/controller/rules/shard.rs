@@ -17,7 +17,7 @@
 //! so a late one fails once the parent was moved.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::Patch;
+use kube::api::{ApiResource, Patch};
 use serde_json::Value;
 
 /// The domain of samplectl's sharding labels.
@@ -173,6 +173,31 @@ pub fn guarded(patch: Patch<Value>, member: &Member, version: &str) -> Patch<Val
             Patch::Apply(body)
         }
         other => other,
+    }
+}
+
+/// What the ring shares of one controller: the objects the coordinator labels for members. A
+/// controller API plugs into the ring by saying this of its parents, and by selecting its member's label
+/// in its own watches.
+pub trait Shares: Send + Sync {
+    /// The parents' resource.
+    fn resource(&self) -> &ApiResource;
+    /// The label and field selectors of the coordinator's watch of them (empty: every object).
+    fn watched(&self) -> (String, String) {
+        Default::default()
+    }
+    /// Whether the controller takes the parent `meta` describes: one it does not take is not labelled,
+    /// but one labelled already still moves with the ring.
+    fn takes(&self, meta: &ObjectMeta) -> bool;
+    /// Whether telling which parents it takes needs their annotations (the coordinator's watch is then
+    /// of whole objects: metadata feeds keep none).
+    fn needs_annotations(&self) -> bool {
+        false
+    }
+    /// Whether members serve a gone member's parents by its adoption record before they are relabelled;
+    /// if so, the coordinator holds off relabelling them for a lease duration, so as not to compete.
+    fn adopts(&self) -> bool {
+        false
     }
 }
 

@@ -1,18 +1,43 @@
 //! The controllers a shard member runs, as its coordinator follows them: fixed from the start (the flags,
-//! `-f`), or changing while the member runs as `--from-cluster` starts and stops controller objects.
-//! Every member runs every controller and reconciles only its share of each one's parents; the
-//! coordinator labels the parents of whichever controllers the set holds now.
+//! `-f`), or changing while the member runs as `--from-cluster` starts and stops controller objects,
+//! or shell-operator's `kubernetes` bindings as their hooks start them. Every member runs every
+//! controller and serves only its share of each one's parents; the coordinator labels the parents of
+//! whichever controllers the set holds now. A controller API plugs into the ring by saying what its
+//! parents are (`rules::shard::Shares`) and by selecting its member's label in its own watches.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::ApiResource;
 use tokio::sync::watch;
 
 use crate::controller::engine::Context;
+pub use crate::controller::rules::shard::Shares;
+
+impl Shares for Context {
+    fn resource(&self) -> &ApiResource {
+        &self.definition.family.parent.ar
+    }
+    fn takes(&self, meta: &ObjectMeta) -> bool {
+        Context::takes(self, meta)
+    }
+    fn needs_annotations(&self) -> bool {
+        self.selects_by_annotations()
+    }
+    fn adopts(&self) -> bool {
+        true
+    }
+}
 
 /// A controller, with the namespace it reconciles (all when `None`).
-pub type Controller = (Arc<Context>, Option<String>);
+pub type Controller = (Arc<dyn Shares>, Option<String>);
+
+/// Engine contexts as the ring's controllers.
+pub fn of_contexts(contexts: &[(Arc<Context>, Option<String>)]) -> Vec<Controller> {
+    contexts.iter().map(|(ctx, namespace)| (ctx.clone() as Arc<dyn Shares>, namespace.clone())).collect()
+}
 
 /// The controllers now, by an id of their own (never used twice in a process).
 pub type Set = BTreeMap<u64, Controller>;

@@ -43,13 +43,12 @@ use tokio::time::Instant;
 use crate::cluster::scope;
 use crate::controller::drive::place::{Place, place};
 use crate::controller::drive::watch::hub::Hub;
-use crate::controller::engine::Context;
 use crate::controller::engine::fence::Fence;
 use crate::controller::engine::request::bounded;
 use crate::controller::rules::adoption::{ANNOTATION, Adoptions, Published};
 use crate::controller::rules::ring::Ring;
 use crate::controller::rules::shard::{RING_LABEL, drain_label, lease_prefix, member_label};
-use crate::controller::shard::controllers::{Controller, Controllers, Set};
+use crate::controller::shard::controllers::{Controller, Controllers, Set, Shares};
 
 /// How many times a retry period the ring's Leases are listed while a member is silent.
 pub const HURRY: u32 = 4;
@@ -303,7 +302,7 @@ type Feeds = SelectAll<futures::stream::BoxStream<'static, (u64, watcher::Event<
 
 /// A controller whose parents are followed, until `_stop` is dropped.
 struct Followed {
-    ctx: Arc<Context>,
+    shares: Arc<dyn Shares>,
     _stop: oneshot::Sender<()>,
 }
 
@@ -512,7 +511,7 @@ impl Coordinator {
                         // A controller stopped since: its feed's last events are of no use.
                         if let Some(controller) = followed.get(&id) {
                             let key = (id, place(&meta));
-                            let taken = controller.ctx.takes(&meta);
+                            let taken = controller.shares.takes(&meta);
                             parents.insert(key.clone(), Parent::of(&meta, &self.ring, taken));
                             pending.first(key);
                         }
@@ -578,12 +577,14 @@ impl Coordinator {
                 // Adopted parents are relabelled only once their adopters have had a lease duration to read
                 // the record and catch up: the relabelling (a write per parent and per child, and a list
                 // per parent when its adopter takes it in) would compete with them for the API server.
-                if parent.member.as_deref().is_some_and(|m| records.fresh(m, self.lease_duration)) {
+                if controller.shares.adopts()
+                    && parent.member.as_deref().is_some_and(|m| records.fresh(m, self.lease_duration))
+                {
                     continue;
                 }
                 let Some(the_move) = decide(parent, view, adoptions) else { continue };
                 writing.insert(key.clone());
-                let ar = controller.ctx.definition.family.parent.ar.clone();
+                let ar = controller.shares.resource().clone();
                 writes.spawn(self.write(key, ar, the_move, parent.version.clone()));
             }
         }
@@ -611,18 +612,19 @@ impl Coordinator {
             parents.retain(|(id, _), _| !gone.contains(id));
         }
         let new: Vec<(&u64, &Controller)> = now.iter().filter(|(id, _)| !followed.contains_key(id)).collect();
-        for (id, (ctx, namespace)) in new {
-            let (ar, namespace) = (&ctx.definition.family.parent.ar, namespace.as_deref());
+        for (id, (shares, namespace)) in new {
+            let (ar, namespace) = (shares.resource(), namespace.as_deref());
+            let (labels, fields) = shares.watched();
             // The hub's metadata feeds keep no annotations; a controller that selects by them is fed whole
             // objects.
-            let events = match ctx.selects_by_annotations() {
-                true => self.hub.objects(ar, namespace, "").1.map(metadata).boxed(),
-                false => self.hub.metadata(ar, namespace, "").map(metadata).boxed(),
+            let events = match shares.needs_annotations() {
+                true => self.hub.objects_with_fields(ar, namespace, &labels, &fields).1.map(metadata).boxed(),
+                false => self.hub.metadata_with_fields(ar, namespace, &labels, &fields).map(metadata).boxed(),
             };
             let (stop, stopped) = oneshot::channel();
             let id = *id;
             feeds.push(events.take_until(stopped).map(move |event| (id, event)).boxed());
-            followed.insert(id, Followed { ctx: ctx.clone(), _stop: stop });
+            followed.insert(id, Followed { shares: shares.clone(), _stop: stop });
         }
     }
 

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use super::Shared;
 use super::queue::Task;
+use super::share::{Gone, Held, Seen, Share};
 use crate::cluster::resolve::Resolved;
 use crate::controller::rules::shell::config::{Kubernetes, Namespaces, WatchEvent};
 use crate::controller::rules::shell::context::{ObjectKey, Pending, SnapshotItem, What, sort};
@@ -67,16 +68,23 @@ impl Monitor {
         &shared.hooks[self.hook].loaded.config.kubernetes[self.binding]
     }
 
+    /// An object of this binding, as the ring's share knows it.
+    pub fn held(&self, key: &ObjectKey) -> Held {
+        Held::of(&self.resolved.ar, &key.namespace, &key.name)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The binding's objects now, sorted as shell-operator sorts them.
-    pub fn snapshot(&self) -> Vec<SnapshotItem> {
+    /// The binding's objects now, sorted as shell-operator sorts them; in a shard ring, without those
+    /// the member is letting go of.
+    pub fn snapshot(&self, share: Option<&Share>) -> Vec<SnapshotItem> {
         let state = self.lock();
         let mut items: Vec<SnapshotItem> = state
             .entries
             .iter()
+            .filter(|(key, _)| share.is_none_or(|share| !share.leaving(&self.held(key))))
             .map(|(key, entry)| SnapshotItem {
                 key: key.clone(),
                 object: entry.object.as_deref().and_then(|json| serde_json::from_str(json).ok()),
@@ -126,6 +134,17 @@ pub async fn start(shared: &Arc<Shared>, hook: usize, binding: usize) -> Result<
         state: Mutex::new(State { entries: BTreeMap::new(), list_error: None, held: Some(Vec::new()) }),
         feeds: Mutex::default(),
     });
+    if let Some(share) = &shared.share {
+        let labels = config.labels.as_ref().map(|l| l.to_query()).unwrap_or_default();
+        let fields = config.fields.clone().unwrap_or_default();
+        let namespaces: Vec<Option<&str>> = match (&config.namespaces, monitor.resolved.namespaced) {
+            (Namespaces::Named(names), true) => names.iter().map(|n| Some(n.as_str())).collect(),
+            _ => vec![None],
+        };
+        for namespace in namespaces {
+            share.join(&monitor.resolved.ar, namespace, &labels, &fields, &config.names);
+        }
+    }
     let (listed_tx, mut listed) = mpsc::unbounded_channel::<()>();
     let mut waiting = 0;
     match (&config.namespaces, monitor.resolved.namespaced) {
@@ -179,7 +198,10 @@ fn watch_namespace(
     listed: Option<mpsc::UnboundedSender<()>>,
 ) -> usize {
     let config = monitor.binding(shared);
-    let labels = config.labels.as_ref().map(|l| l.to_query()).unwrap_or_default();
+    let mut labels = config.labels.as_ref().map(|l| l.to_query()).unwrap_or_default();
+    if let Some(share) = &shared.share {
+        labels = share.selector(&labels);
+    }
     let by_name: Vec<Option<&String>> =
         if config.names.is_empty() { vec![None] } else { config.names.iter().map(Some).collect() };
     let mut started = 0;
@@ -302,6 +324,13 @@ fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: Dyna
         });
     }
     let key = key_of(monitor, &object);
+    let leaving = match &shared.share {
+        Some(share) => match share.seen(&monitor.held(&key), &monitor.resolved.ar, &object.metadata) {
+            Seen::Stale => return,
+            seen => seen == Seen::Leaving,
+        },
+        None => false,
+    };
     let json = match serde_json::to_string(&object) {
         Ok(json) => json,
         Err(err) => return tracing::error!("cannot write {} {} as JSON: {err}", key.kind, key.name),
@@ -333,7 +362,9 @@ fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: Dyna
     let mut state = monitor.lock();
     let before = state.entries.insert(key.clone(), entry).map(|e| e.checksum);
     let event = match before {
-        _ if quiet => return,
+        // An object on its way to another member stays in the entries (its move may be called off),
+        // out of the snapshots, and makes no event.
+        _ if quiet || leaving => return,
         None => WatchEvent::Added,
         Some(sum) if sum != checksum => WatchEvent::Modified,
         Some(_) => return,
@@ -342,13 +373,28 @@ fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: Dyna
     queue_event(shared, monitor, &mut state, event, key, object, filter_value);
 }
 
-fn deleted(shared: &Shared, monitor: &Monitor, object: DynamicObject) {
+fn deleted(shared: &Arc<Shared>, monitor: &Arc<Monitor>, object: DynamicObject) {
     let config = monitor.binding(shared);
     let key = key_of(monitor, &object);
-    let mut state = monitor.lock();
-    let Some(entry) = state.entries.remove(&key) else { return };
+    let Some(entry) = monitor.lock().entries.remove(&key) else { return };
     let object = config.keep_full_objects.then(|| serde_json::to_value(&object).ok()).flatten();
-    queue_event(shared, monitor, &mut state, WatchEvent::Deleted, key, object, entry.filter_result);
+    let held = monitor.held(&key);
+    match &shared.share {
+        // Said as a move-out says itself: looked at before the hooks hear of it.
+        Some(share) if share.leaving(&held) => {
+            let (shared, monitor, share) = (shared.clone(), monitor.clone(), share.clone());
+            tokio::spawn(async move {
+                if share.look(&shared.client, &monitor.resolved.ar, &held).await == Gone::Deleted {
+                    let mut state = monitor.lock();
+                    queue_event(&shared, &monitor, &mut state, WatchEvent::Deleted, key, object, entry.filter_result);
+                }
+            });
+        }
+        _ => {
+            let mut state = monitor.lock();
+            queue_event(shared, monitor, &mut state, WatchEvent::Deleted, key, object, entry.filter_result);
+        }
+    }
 }
 
 fn queue_event(

@@ -12,6 +12,7 @@ mod limiter;
 mod patch;
 mod queue;
 mod schedule;
+pub mod share;
 mod webhook;
 
 use std::collections::{BTreeSet, HashMap};
@@ -41,6 +42,8 @@ pub struct Hooks {
     pub fence: Fence,
     /// Where the webhooks are served and how they are registered.
     pub webhooks: Box<crate::controller::settings::WebhookSettings>,
+    /// In a shard ring: the member's share of the kubernetes bindings' objects.
+    pub share: Option<Arc<share::Share>>,
 }
 
 /// What the queues' workers share.
@@ -62,6 +65,8 @@ struct Shared {
     kinds: std::sync::Mutex<HashMap<(String, String), crate::cluster::resolve::Resolved>>,
     /// The running kubernetes bindings, by hook and binding.
     monitors: std::sync::Mutex<HashMap<(usize, usize), Arc<Monitor>>>,
+    /// In a shard ring: the member's share of the bindings' objects.
+    share: Option<Arc<share::Share>>,
 }
 
 struct Hook {
@@ -81,7 +86,7 @@ pub struct Ready {
 impl Hooks {
     /// Starts the webhook servers the hooks need, which answer reviews until `stop`, on a standby too.
     pub async fn serve(self, conn: &Connection, serving: &Serving, stop: watch::Receiver<bool>) -> Result<Ready> {
-        let Hooks { hooks, tmp_dir, fence, webhooks } = self;
+        let Hooks { hooks, tmp_dir, fence, webhooks, share } = self;
         let mut names: BTreeSet<String> = BTreeSet::from(["main".to_owned()]);
         for hook in &hooks {
             names.extend(hook.config.schedules.iter().map(|s| s.queue.clone()));
@@ -109,6 +114,7 @@ impl Hooks {
             metrics: serving.metrics.clone(),
             kinds: Default::default(),
             monitors: Default::default(),
+            share,
         });
         webhook::serve(&shared, &webhooks, stop).await?;
         Ok(Ready { shared, webhooks })
@@ -128,7 +134,16 @@ impl Ready {
         for queue in shared.queues.values() {
             tasks.spawn(queue::work(shared.clone(), queue.clone(), workers_stop.clone()));
         }
-        tasks.spawn(schedule::tick(shared.clone(), workers_stop));
+        tasks.spawn(schedule::tick(shared.clone(), workers_stop.clone()));
+        if let Some(share) = shared.share.clone() {
+            let (client, fence, mut stop) = (shared.client.clone(), shared.fence.clone(), workers_stop);
+            tasks.spawn(async move {
+                tokio::select! {
+                    () = share.release(client, fence) => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+            });
+        }
         tracing::info!(
             hooks = shared.hooks.len(),
             queues = shared.queues.len(),
@@ -278,11 +293,23 @@ impl Shared {
         }
     }
 
+    /// Whether `context` (of a run of `hook`) is an event of an object the member is letting go of: a
+    /// deletion is not (the look after its `DELETED` found it deleted).
+    fn leaving(&self, share: &share::Share, hook: usize, context: &Pending) -> bool {
+        let What::Event { event, key, .. } = &context.what else { return false };
+        if *event == crate::controller::rules::shell::config::WatchEvent::Deleted {
+            return false;
+        }
+        let bindings = &self.hooks[hook].loaded.config.kubernetes;
+        let Some(binding) = bindings.iter().position(|k| k.name == context.binding) else { return false };
+        self.monitor(hook, binding).is_some_and(|monitor| share.leaving(&monitor.held(key)))
+    }
+
     /// The objects of `hook`'s kubernetes binding `name` now; none if it is not running yet.
     fn snapshot(&self, hook: usize, name: &str) -> Vec<SnapshotItem> {
         let Some(binding) = self.hooks[hook].loaded.config.kubernetes.iter().position(|k| k.name == name) else {
             return Vec::new();
         };
-        self.monitor(hook, binding).map(|m| m.snapshot()).unwrap_or_default()
+        self.monitor(hook, binding).map(|m| m.snapshot(self.share.as_deref())).unwrap_or_default()
     }
 }

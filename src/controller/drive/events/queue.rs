@@ -258,6 +258,18 @@ pub(super) async fn run(
     contexts: &[Pending],
     unlock: &[(usize, usize)],
 ) -> Result<webhook::Answer, String> {
+    // In a shard ring: held from before any object is read until the run's writes are sent, so that an
+    // object is let go of only once no run that may have read it is under way; and the events of an
+    // object being let go of are left to its next member.
+    let _using = shared.share.as_ref().map(|share| share.enter());
+    let kept: Vec<Pending>;
+    let contexts = match &shared.share {
+        Some(share) if contexts.iter().any(|c| shared.leaving(share, index, c)) => {
+            kept = contexts.iter().filter(|c| !shared.leaving(share, index, c)).cloned().collect();
+            &kept[..]
+        }
+        _ => contexts,
+    };
     let Some(first) = contexts.first() else { return Ok(webhook::Answer::Nothing) };
     let hook = &shared.hooks[index];
     for &(h, b) in unlock {

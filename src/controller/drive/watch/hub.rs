@@ -406,6 +406,17 @@ impl Hub {
         self.read(&self.metadata, ar, namespace, labels, "").1
     }
 
+    /// The same, of the objects that also have `fields` (a field selector, or empty).
+    pub fn metadata_with_fields(
+        &self,
+        ar: &ApiResource,
+        namespace: Option<&str>,
+        labels: &str,
+        fields: &str,
+    ) -> impl Stream<Item = Event<PartialObjectMeta<DynamicObject>>> + Send + 'static {
+        self.read(&self.metadata, ar, namespace, labels, fields).1
+    }
+
     fn read<K: Fed>(
         &self,
         feeds: &Feeds<K>,
