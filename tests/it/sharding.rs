@@ -525,3 +525,158 @@ fn controller_objects_from_the_cluster_are_shared_by_every_member() {
         kubectl(&["delete", "clusterrole", role, "--wait=false"]).success();
     }
 }
+
+/// `--from-cluster --shard-ring` with a cluster-scoped parent whose children are in other namespaces, as
+/// metacontroller's globalconfigmap example has: a CompositeController of cluster-scoped Globals, each
+/// copying a source ConfigMap (a related object) into every namespace of a label (related too). Three
+/// members share the Globals; one is killed and another joins while the sources change. At the end every
+/// copy is right and labelled for its Global's live member, and the audit log shows no Global, nor any of
+/// its copies, written for by two members at overlapping times.
+#[test]
+fn a_cluster_scoped_parent_with_children_in_other_namespaces_is_shared_with_its_children() {
+    use crate::controllers::HookServer;
+    let _cluster = crate::support::shared();
+    samplectl(&["install-crd", "--metacontroller"]).success();
+    static CRD: std::sync::Once = std::sync::Once::new();
+    CRD.call_once(|| {
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "globals.controllers.example.com"},
+            "spec": {"group": "controllers.example.com", "scope": "Cluster",
+                     "names": {"kind": "Global", "plural": "globals", "singular": "global"},
+                     "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": true}}}]},
+        });
+        crate::support::apply("default", &crd);
+        kubectl(&["wait", "--for=condition=Established", "crd/globals.controllers.example.com", "--timeout=30s"])
+            .success();
+    });
+    let source = Namespace::new("shard-global");
+    let targets: Vec<Namespace> = (0..3).map(|_| Namespace::new("shard-global-to")).collect();
+    for target in &targets {
+        kubectl(&["label", "namespace", &target.0, &format!("samplectl-global={}", source.0)]).success();
+    }
+    let ring = source.0.clone();
+    let hook = HookServer::of("tests/fixtures/keys-hook.py");
+    let composite = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": format!("globals-{}", source.0), "labels": {"samplectl-test": source.0}},
+        "spec": {
+            "parentResource": {"apiVersion": "controllers.example.com/v1", "resource": "globals"},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": hook.url.replace("/sync", "/spread")}},
+                      "customize": {"webhook": {"url": hook.url.replace("/sync", "/customize")}}},
+        },
+    });
+    crate::support::apply("default", &composite);
+    let names: Vec<String> = (0..24).map(|i| format!("{}-{i}", source.0)).collect();
+    let set_sources = |value: &str| {
+        let items: Vec<Value> = names
+            .iter()
+            .map(|name| {
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                               "data": {"value": value}})
+            })
+            .collect();
+        crate::support::apply(&source.0, &json!({"apiVersion": "v1", "kind": "List", "items": items}));
+    };
+    set_sources("first");
+    for name in &names {
+        let global = json!({"apiVersion": "controllers.example.com/v1", "kind": "Global",
+        "metadata": {"name": name, "labels": {"samplectl-test": source.0}},
+        "spec": {"related": [
+            {"apiVersion": "v1", "resource": "configmaps", "namespace": source.0, "names": [name]},
+            {"apiVersion": "v1", "resource": "namespaces",
+             "labelSelector": {"matchLabels": {"samplectl-global": source.0}}},
+        ]}});
+        crate::support::apply("default", &global);
+    }
+    let target = format!("samplectl-test={}", source.0);
+    let member = |name: &str| {
+        let mut args = vec!["reconcile", "--from-cluster", "--watch", "--target-label-selector", &target];
+        args.extend(["--shard-ring", &ring, "--shard-member", name, "--leader-election-namespace", &source.0]);
+        args.extend(TIMINGS);
+        Background::start(&args)
+    };
+    let mut members: BTreeMap<&str, Background> = BTreeMap::new();
+    for name in ["m1", "m2", "m3"] {
+        members.insert(name, member(name));
+    }
+    let logs = |members: &BTreeMap<&str, Background>| {
+        members.values().map(Background::stderr).collect::<Vec<_>>().join("\n---\n")
+    };
+    let label = format!("shard.samplectl.io/{ring}");
+    // Where each Global is, and what is wrong with it or its copies: on a live member, not draining, its
+    // status written, a copy in every target namespace holding `value` and labelled for the same member.
+    let wrong = |live: &dyn Fn(&str) -> bool, value: &str| -> Vec<String> {
+        let globals = kubectl_json(&["get", "globals", "-l", &target]);
+        let copies: Vec<Value> = targets.iter().map(|t| kubectl_json(&["get", "configmaps", "-n", &t.0])).collect();
+        let mut wrong = Vec::new();
+        for global in globals["items"].as_array().unwrap() {
+            let name = global["metadata"]["name"].as_str().unwrap();
+            let on = global["metadata"]["labels"][&label].as_str().unwrap_or_default();
+            if !live(on) || global["metadata"]["labels"].get(format!("drain.shard.samplectl.io/{ring}")).is_some() {
+                wrong.push(format!("{name} on {on:?}"));
+                continue;
+            }
+            if global["status"]["working"] != "fine" || global["status"]["namespaces"] != 3 {
+                wrong.push(format!("{name}: status {}", global["status"]));
+            }
+            for (target, listed) in targets.iter().zip(&copies) {
+                let copy = listed["items"].as_array().unwrap().iter().find(|c| c["metadata"]["name"] == name);
+                let copy = copy.cloned().unwrap_or(Value::Null);
+                if copy["data"]["value"] != value || copy["metadata"]["labels"][&label] != on {
+                    wrong.push(format!("{}/{name}: {} {}", target.0, copy["data"], copy["metadata"]["labels"]));
+                }
+            }
+        }
+        if globals["items"].as_array().unwrap().len() != names.len() {
+            wrong.push("Globals missing".into());
+        }
+        wrong
+    };
+    let patience = Duration::from_secs(120);
+    let all = |m: &str| ["m1_", "m2_", "m3_"].iter().any(|p| m.starts_with(p));
+    eventually(patience, "every Global copied by a member", || match wrong(&all, "first").as_slice() {
+        [] => Ok(()),
+        some => Err(format!("{some:?}\n{}", logs(&members))),
+    });
+
+    // m2 killed and m4 joining while the sources change.
+    let killed = Timestamp::now();
+    let (_, m2_log) = members.remove("m2").unwrap().stop("KILL", Duration::from_secs(5));
+    let stopped = HashMap::from([(incarnation_in(&m2_log, "m2"), killed)]);
+    set_sources("second");
+    members.insert("m4", member("m4"));
+    let live = |m: &str| ["m1_", "m3_", "m4_"].iter().any(|p| m.starts_with(p));
+    let holders = || -> std::collections::BTreeSet<String> {
+        kubectl_json(&["get", "globals", "-l", &target])["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|g| Some(g["metadata"]["labels"][&label].as_str()?.split_once('_')?.0.to_owned()))
+            .collect()
+    };
+    // With 24 Globals, the ring leaves the member that joined none with a chance of (2/3)^24.
+    eventually(patience, "every Global on a live member, its copies right, some on the one that joined", || {
+        match (wrong(&live, "second").as_slice(), holders()) {
+            ([], held) if held.contains("m4") => Ok(()),
+            (some, held) => Err(format!("{some:?} {held:?}\n{}", logs(&members))),
+        }
+    });
+
+    // A Global and its copies share its name: the audit groups them together.
+    let mut namespaces = vec![""];
+    namespaces.extend(targets.iter().map(|t| t.0.as_str()));
+    let writes = audit::writes_in(&ring, &namespaces, "globals");
+    let found = interleavings(&writes, &stopped);
+    assert!(found.is_empty(), "{} interleaved writes, e.g. {:?}", found.len(), &found[..found.len().min(5)]);
+    assert!(writes.iter().any(|w| w.labels == Some(audit::Labels::Release)), "no Global was handed over");
+    for (_, m) in members {
+        let (code, logged) = m.stop("TERM", Duration::from_secs(15));
+        assert_eq!(code, Some(0), "{logged}");
+    }
+    kubectl(&["delete", "compositecontrollers.metacontroller.k8s.io", &format!("globals-{}", source.0)]).success();
+    kubectl(&["delete", "globals", "-l", &target, "--wait=false"]).success();
+}

@@ -22,7 +22,7 @@ pub struct Write {
     pub done: Timestamp,
     /// The API server's answer.
     pub code: u16,
-    /// A write of a Sample's sharding labels: the coordinator's, or a member letting go of the Sample.
+    /// A write of a parent's sharding labels: the coordinator's, or a member letting go of the parent.
     pub labels: Option<Labels>,
 }
 
@@ -44,6 +44,13 @@ impl Write {
 
 /// Every write in `ns` by a member of `ring`, from the audit log, in the order the API server received them.
 pub fn writes(ns: &str, ring: &str) -> Vec<Write> {
+    writes_in(ring, &[ns], "samples")
+}
+
+/// Every write in these namespaces (`""` for cluster-scoped objects) by a member of `ring`, with the
+/// parents' own label writes (of the resource `parents`) told apart, in the order the API server received
+/// them.
+pub fn writes_in(ring: &str, namespaces: &[&str], parents: &str) -> Vec<Write> {
     let dir = cluster().kubeconfig.parent().unwrap().to_owned();
     // audit.log, and the one backup the API server keeps when it rotates it (audit-<time>.log).
     let mut text = String::new();
@@ -58,14 +65,14 @@ pub fn writes(ns: &str, ring: &str) -> Vec<Write> {
     let mut writes: Vec<Write> = text
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|e| e["objectRef"]["namespace"] == ns)
+        .filter(|e| namespaces.contains(&e["objectRef"]["namespace"].as_str().unwrap_or_default()))
         .filter_map(|e| {
             let agent = e["userAgent"].as_str()?;
             let process = agent.split(&marker).nth(1)?.split(' ').next()?.to_owned();
             let (resource, sub) = (e["objectRef"]["resource"].as_str()?, e["objectRef"]["subresource"].as_str());
             let verb = e["verb"].as_str()?;
             let by_coordinator = e["requestURI"].as_str()?.contains("fieldManager=samplectl-shard-coordinator");
-            let labels = (resource == "samples" && sub.is_none() && verb == "patch").then_some(match by_coordinator {
+            let labels = (resource == parents && sub.is_none() && verb == "patch").then_some(match by_coordinator {
                 true => Labels::Coordinator,
                 false => Labels::Release,
             });
