@@ -23,7 +23,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::define::api::{API_VERSION, COMPOSITE, DECORATOR};
 use super::define::from_object;
-use super::define::graph::{self as rgd, Outcome};
+use super::define::graph::{self as rgd, Outcome, Role};
 use super::define::load::from_value;
 use super::drive::watch::hub::Hub;
 use super::engine::{Context, Definition, Writer};
@@ -50,6 +50,18 @@ pub struct Fleet {
     /// With `--shard-ring`: the controllers whose parents the ring shares, kept as controller objects
     /// start and stop (the writer names this member).
     pub ring: Option<Controllers>,
+    /// With `--shard-ring`: who writes the ResourceGraphDefinitions' own objects.
+    pub graphs: Option<Graphs>,
+}
+
+/// In a shard ring, the member that coordinates writes what belongs to a ResourceGraphDefinition itself
+/// (its finalizer and status, its instance CRD, its GraphRevisions), once for all members, fenced by the
+/// coordinator's Lease; every member runs its instances, shared as any parents.
+pub struct Graphs {
+    /// The coordinator's writer: its fence is the coordinator's Lease.
+    pub writer: Writer,
+    /// Whether this member coordinates now.
+    pub coordinating: watch::Receiver<bool>,
 }
 
 /// A controller object, as kind and name.
@@ -86,6 +98,9 @@ struct State<'a> {
     defined: JoinSet<Defined>,
     /// The API each kind followed is read through.
     apis: HashMap<&'static str, Api<DynamicObject>>,
+    /// In a ring, the RGDs as last seen: started again when this member starts or stops coordinating,
+    /// which decides whether it writes their own objects.
+    graphs: HashMap<Key, DynamicObject>,
 }
 
 /// What making one object into definitions came to.
@@ -144,6 +159,9 @@ impl State<'_> {
     async fn upsert(&mut self, kind: &'static str, mut object: DynamicObject) {
         let key = (kind, object.metadata.name.clone().unwrap_or_default());
         let now = version(&object);
+        if kind == rgd::KIND && self.fleet.graphs.is_some() {
+            self.graphs.insert(key.clone(), object.clone());
+        }
         if self.running.get(&key).is_some_and(|r| r.version == now) || self.defining.get(&key) == Some(&now) {
             return;
         }
@@ -153,7 +171,11 @@ impl State<'_> {
         // /readyz waits for it as for a controller already started.
         self.serving.health.expect_more(1);
         self.defining.insert(key.clone(), now.clone());
-        let (conn, writer, features) = (self.conn.clone(), self.fleet.writer.clone(), self.fleet.kro_features);
+        let writer = match &self.fleet.graphs {
+            Some(graphs) if kind == rgd::KIND && *graphs.coordinating.borrow() => graphs.writer.clone(),
+            _ => self.fleet.writer.clone(),
+        };
+        let (conn, features) = (self.conn.clone(), self.fleet.kro_features);
         let api = self.apis[kind].clone();
         self.defined.spawn(async move {
             let result = define(&conn, (&writer, features), (kind, &api), &object).await;
@@ -277,15 +299,13 @@ async fn define(
     object: &DynamicObject,
 ) -> Result<Option<Vec<Definition>>> {
     if kind == rgd::KIND {
-        if writer.member.is_some() {
-            bail!(
-                "cannot run ResourceGraphDefinition {:?} in a shard ring: its graph, CRD and revisions are written once \
-                 for all members, which the ring does not arrange yet; run ResourceGraphDefinitions in a replica without \
-                 --shard-ring (--leader-elect for more than one)",
-                object.metadata.name.as_deref().unwrap_or_default()
-            );
-        }
-        return match rgd::define(conn, api, object, (writer, features)).await {
+        // In a ring, the writer for an RGD's own objects is the coordinator's, given only to the member
+        // that coordinates; the others follow (see `Graphs`).
+        let role = match writer.member.is_some() {
+            true => Role::Follow,
+            false => Role::Write(writer),
+        };
+        return match rgd::define(conn, api, object, (role, features)).await {
             Ok(Outcome::Run(definition)) => Ok(Some(vec![*definition])),
             Ok(Outcome::Deleted) => Ok(None),
             Err(why) => Err(anyhow!(
@@ -404,7 +424,9 @@ impl Fleet {
             defining: HashMap::new(),
             defined: JoinSet::new(),
             apis: followed,
+            graphs: HashMap::new(),
         };
+        let mut coordinating = self.graphs.as_ref().map(|g| g.coordinating.clone());
         let mut listing: HashMap<&'static str, HashSet<String>> = HashMap::new();
         let mut listed: HashSet<&'static str> = HashSet::new();
         // Kinds not installed wait for their CRD; those not allowed (or whose CRD cannot be watched) are
@@ -433,6 +455,13 @@ impl Fleet {
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
+                Some(Ok(())) = async { Some(coordinating.as_mut()?.changed().await) }, if coordinating.is_some() => {
+                    let graphs: Vec<(Key, DynamicObject)> = state.graphs.drain().collect();
+                    for (key, object) in graphs {
+                        state.stop(&key).await;
+                        state.upsert(key.0, object).await;
+                    }
+                }
                 Some(defined) = state.defined.join_next(), if !state.defined.is_empty() => match defined {
                     Ok(defined) => state.finish(defined),
                     Err(err) => tracing::warn!("making a controller object into a controller stopped abruptly: {err}"),
@@ -481,6 +510,7 @@ impl Fleet {
                             .collect();
                         for key in gone {
                             state.said.remove(&key);
+                            state.graphs.remove(&key);
                             state.stop(&key).await;
                         }
                         // /readyz: every kind served at the start listed, and (counted as each starts) every
@@ -493,6 +523,7 @@ impl Fleet {
                     Ok(watcher::Event::Delete(object)) => {
                         let key = (kind, object.metadata.name.clone().unwrap_or_default());
                         state.said.remove(&key);
+                        state.graphs.remove(&key);
                         state.stop(&key).await;
                     }
                     Err(err) => {

@@ -20,7 +20,7 @@ use super::drive::watch::hub::Hub;
 use super::engine::adopting::Adopting;
 use super::engine::fence::Fence;
 use super::engine::{Definition, Writer};
-use super::fleet::Fleet;
+use super::fleet::{Fleet, Graphs};
 use super::leader::{Candidate, Election};
 use super::reconciling::{Driving, Reconciling};
 use super::rules::adoption::{ANNOTATION, Published};
@@ -57,8 +57,15 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     // Everything is resolved and checked before anything is served or written.
     let plan = match source {
         Source::Cluster { selector } => {
-            let (writer, ring) = match &sharding {
-                Some(sharding) => (member_writer(sharding, &records), Some(Controllers::default())),
+            let (writer, ring, graphs) = match &sharding {
+                Some(sharding) => {
+                    let coordinating = Coordinating::default();
+                    let graphs = Graphs {
+                        writer: Writer { member: None, fence: coordinating.fence.clone(), adopting: None },
+                        coordinating: coordinating.now.subscribe(),
+                    };
+                    (member_writer(sharding, &records), Some(Controllers::default()), Some((graphs, coordinating)))
+                }
                 None => (
                     Writer {
                         member: None,
@@ -66,9 +73,12 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
                         adopting: None,
                     },
                     None,
+                    None,
                 ),
             };
-            Plan::Fleet(Fleet { selector, namespace: namespace.clone(), driving, writer, kro_features, ring })
+            let (graphs, coordinating) = graphs.unzip();
+            let fleet = Fleet { selector, namespace: namespace.clone(), driving, writer, kro_features, ring, graphs };
+            Plan::Fleet(Box::new(fleet), coordinating.unwrap_or_default())
         }
         Source::HooksDir { dir, tmp_dir, webhooks } => {
             let hooks = hooks_dir::load(&dir).await?;
@@ -104,10 +114,11 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
     let stop = stop_on_signal();
     let result = match plan {
         Plan::Observe(target) => observe(conn, target, driving, &serving, stop).await,
-        Plan::Fleet(fleet) => match (sharding, fleet.ring.clone()) {
+        Plan::Fleet(fleet, coordinating) => match (sharding, fleet.ring.clone()) {
             (Some(sharding), Some(controllers)) => {
                 let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
-                let member = Membership { sharding, fence: fleet.writer.fence.clone(), hub, controllers, records };
+                let fence = fleet.writer.fence.clone();
+                let member = Membership { sharding, fence, hub, controllers, records, coordinating };
                 shard_then_reconcile(conn, member, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await
             }
             _ => lead_or_run(conn, election, Work::Fleet(fleet), &serving, stop, shutdown_timeout).await,
@@ -120,7 +131,8 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
             match (sharding, ring) {
                 (Some(sharding), Some(controllers)) => {
                     let hub = Arc::new(Hub::new(conn.client.clone(), serving.health.clone()));
-                    let member = Membership { sharding, fence, hub, controllers, records };
+                    let coordinating = Coordinating::default();
+                    let member = Membership { sharding, fence, hub, controllers, records, coordinating };
                     shard_then_reconcile(conn, member, Work::Hooks(ready), &serving, stop, shutdown_timeout).await
                 }
                 _ => lead_or_run(conn, election, Work::Hooks(ready), &serving, stop, shutdown_timeout).await,
@@ -139,7 +151,8 @@ pub async fn run(conn: &Connection, settings: Settings) -> Result<()> {
             match sharding {
                 Some(sharding) => {
                     let controllers = Controllers::of(&of_contexts(&reconciling.controllers));
-                    let member = Membership { sharding, fence: writer.fence, hub, controllers, records };
+                    let coordinating = Coordinating::default();
+                    let member = Membership { sharding, fence: writer.fence, hub, controllers, records, coordinating };
                     shard_then_reconcile(conn, member, Work::Fixed(reconciling), &serving, stop, shutdown_timeout).await
                 }
                 None => lead_or_run(conn, election, Work::Fixed(reconciling), &serving, stop, shutdown_timeout).await,
@@ -156,8 +169,8 @@ enum Plan {
     Observe(Target),
     /// Controllers fixed at the start, from the flags or manifests.
     Fixed(Vec<Definition>),
-    /// The cluster's controller objects.
-    Fleet(Fleet),
+    /// The cluster's controller objects (in a ring, with whether this member coordinates it).
+    Fleet(Box<Fleet>, Coordinating),
     /// shell-operator's hooks, and in a shard ring the set their kubernetes bindings join.
     Hooks(Hooks, Option<Controllers>),
 }
@@ -201,7 +214,7 @@ async fn observe(
 /// What controllers a process runs under an election: fixed at start, or the cluster's controller objects.
 enum Work {
     Fixed(Reconciling),
-    Fleet(Fleet),
+    Fleet(Box<Fleet>),
     Hooks(hooks::Ready),
 }
 
@@ -225,6 +238,22 @@ struct Membership {
     controllers: Controllers,
     /// The adoption records, as the member's lists of the ring's Leases show them.
     records: watch::Sender<Published>,
+    /// Whether this member coordinates the ring now, and the fence of its coordinator's Lease: what is
+    /// written once for all members (a ResourceGraphDefinition's own objects) is written by it.
+    coordinating: Coordinating,
+}
+
+/// Whether a member coordinates its ring, told to whoever writes what the coordinator alone writes.
+#[derive(Clone)]
+struct Coordinating {
+    fence: Fence,
+    now: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Coordinating {
+    fn default() -> Self {
+        Coordinating { fence: Fence::closed(), now: Arc::new(watch::channel(false).0) }
+    }
 }
 
 /// A shard member's writer: its member label, a fence closed until its Lease is held, and the adoption
@@ -396,7 +425,7 @@ async fn lead_then_reconcile(
 /// then the Lease is released, so that the coordinator moves this member's parents at once.
 async fn shard_then_reconcile(
     conn: &Connection,
-    Membership { sharding, fence, hub, controllers, records }: Membership,
+    Membership { sharding, fence, hub, controllers, records, coordinating }: Membership,
     work: Work,
     serving: &Serving,
     mut stop: watch::Receiver<bool>,
@@ -440,7 +469,7 @@ async fn shard_then_reconcile(
         member.incarnation
     );
 
-    let coordinator_fence = Fence::closed();
+    let coordinator_fence = coordinating.fence.clone();
     let publish = watch::channel(None).0;
     let coordinator = Coordinator {
         client: conn.client.clone(),
@@ -455,7 +484,7 @@ async fn shard_then_reconcile(
         records,
         publish: publish.clone(),
     };
-    let (stop_coordinating, coordinating) = watch::channel(false);
+    let (stop_coordinating, stopping) = watch::channel(false);
     // The coordinator's Lease carries the ring's label too, so that one list of the ring's Leases also
     // reads the adoption records on it.
     let candidacy = Election {
@@ -463,7 +492,7 @@ async fn shard_then_reconcile(
         ..lease(member.ring.clone(), ring_label, coordinator_fence.clone(), true)
     }
     .start(conn.client.clone(), health.clone())?;
-    let coordination = tokio::spawn(coordinate(coordinator, candidacy, coordinating));
+    let coordination = tokio::spawn(coordinate(coordinator, candidacy, coordinating.now, stopping));
 
     let mut holding = membership.leading.clone();
     let work = drain_within(work.run(conn, serving, stop.clone()), stop, shutdown_timeout);
@@ -484,7 +513,12 @@ async fn shard_then_reconcile(
 
 /// Coordinates the ring whenever this replica holds the coordinator's Lease, until `stop`; the rest of
 /// the time it follows the ring's Leases, so that it can take over knowing how long each has been silent.
-async fn coordinate(coordinator: Coordinator, mut candidacy: Candidate, mut stop: watch::Receiver<bool>) {
+async fn coordinate(
+    coordinator: Coordinator,
+    mut candidacy: Candidate,
+    coordinating: Arc<watch::Sender<bool>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut members = Members::new(coordinator.lease_duration, tokio::time::Instant::now());
     let mut tick = tokio::time::interval(coordinator.retry_period / HURRY);
     let mut last_list = None;
@@ -503,6 +537,7 @@ async fn coordinate(coordinator: Coordinator, mut candidacy: Candidate, mut stop
             }
         }
         tracing::info!(ring = coordinator.ring, "coordinating the shard ring {}", coordinator.ring);
+        coordinating.send_replace(true);
         let (stop_run, run_stopped) = watch::channel(false);
         let mut leading = candidacy.leading.clone();
         tokio::select! {
@@ -512,9 +547,11 @@ async fn coordinate(coordinator: Coordinator, mut candidacy: Candidate, mut stop
             }
             () = async { drop(stop.wait_for(|s| *s).await) } => {
                 let _ = stop_run.send(true);
+                coordinating.send_replace(false);
                 break;
             }
         }
+        coordinating.send_replace(false);
         drop(stop_run);
     }
     candidacy.release().await;

@@ -1098,41 +1098,129 @@ fn a_fleet_that_may_list_nothing_says_it_is_forbidden() {
     assert!(!run.stderr.contains("are installed in this cluster"), "{run:#?}");
 }
 
-/// A shard member does not run ResourceGraphDefinitions yet (their graph, CRD and revisions would be
-/// written by every member): it says so for each one, and writes nothing to it.
+/// RGDs in a shard ring (`--from-cluster --shard-ring`): the member that coordinates writes the RGD's
+/// own objects (finalizer, status, instance CRD, GraphRevision) once for all; every member runs the
+/// instances, shared as any parents. The coordinator is killed: another member takes its place, and
+/// instances changed and created meanwhile are served.
 #[test]
-fn a_shard_member_says_it_does_not_run_graphs_and_leaves_them_alone() {
+fn a_shard_ring_runs_graphs_with_their_own_objects_written_by_the_coordinator() {
     let _cluster = crate::support::shared();
     install_kro();
     let ns = Namespace::new("rgd-sharded");
-    let name = format!("samplectl-it-sharded-{}", ns.0);
-    let schema =
-        json!({"apiVersion": "v1alpha1", "kind": "GraphSharded", "group": "graphs.samplectl.test", "spec": {}});
-    let cm = json!({"id": "only", "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}});
+    // The CRD an RGD makes names it, and another RGD may not take it: one name across runs.
+    let name = "samplectl-it-sharded".to_owned();
+    let schema = json!({"apiVersion": "v1alpha1", "kind": "GraphSharded", "group": "graphs.samplectl.test",
+                        "spec": {"value": "string | default=\"none\""}});
+    let cm = json!({"id": "config", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "${schema.metadata.name}-config"}, "data": {"value": "${schema.spec.value}"}}});
+    kubectl(&["delete", "crd", "graphshardeds.graphs.samplectl.test", "--ignore-not-found"]).success();
     apply("default", &rgd(&name, &ns.0, schema, json!([cm])));
     let label = format!("samplectl-test={}", ns.0);
-    let member = Background::start(&[
-        "reconcile",
-        "--from-cluster",
-        "--target-label-selector",
-        &label,
-        "-n",
-        &ns.0,
-        "--watch",
-        "--shard-ring",
-        &ns.0,
-        "--shard-member",
-        "m1",
-        "--leader-election-namespace",
-        &ns.0,
-    ]);
-    let said = format!("cannot run ResourceGraphDefinition \"{name}\" in a shard ring");
-    eventually(SOON, "the refusal said", || match member.stderr().contains(&said) {
-        true => Ok(()),
-        false => Err(member.stderr()),
+    let member = |name: &str| {
+        let mut args = vec!["reconcile", "--from-cluster", "--target-label-selector", &label, "-n", &ns.0, "--watch"];
+        args.extend(["--shard-ring", &ns.0, "--shard-member", name, "--leader-election-namespace", &ns.0]);
+        args.extend(crate::sharding::TIMINGS);
+        Background::start(&args)
+    };
+    let mut members: std::collections::BTreeMap<&str, Background> =
+        ["m1", "m2", "m3"].into_iter().map(|m| (m, member(m))).collect();
+    let logs = |members: &std::collections::BTreeMap<&str, Background>| {
+        members.values().map(Background::stderr).collect::<Vec<_>>().join("\n---\n")
+    };
+    let rgd_active = eventually(Duration::from_secs(60), "the RGD Active", || {
+        let object = get("rgd", &name, None).ok_or("no RGD")?;
+        match object["status"]["state"] == "Active" {
+            true => Ok(object),
+            false => Err(format!("{}\n{}", object["status"], logs(&members))),
+        }
+    });
+    assert_eq!(rgd_active["metadata"]["finalizers"], json!(["kro.run/finalizer"]));
+    let instances: Vec<String> = (0..12).map(|i| format!("g{i}")).collect();
+    let set = |names: &[String], value: &str| {
+        let items: Vec<Value> = names
+            .iter()
+            .map(|n| {
+                json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphSharded",
+                            "metadata": {"name": n}, "spec": {"value": value}})
+            })
+            .collect();
+        apply(&ns.0, &json!({"apiVersion": "v1", "kind": "List", "items": items}));
+    };
+    set(&instances, "first");
+    let ring_label = format!("shard.samplectl.io/{}", ns.0);
+    // What is not right yet: an instance not ACTIVE, on no live member, or its ConfigMap not holding `value`.
+    let wrong = |names: &[String], value: &str, live: &dyn Fn(&str) -> bool| -> Vec<String> {
+        let listed = kubectl_json(&["get", "graphshardeds.graphs.samplectl.test", "-n", &ns.0]);
+        let cms = kubectl_json(&["get", "configmaps", "-n", &ns.0]);
+        names
+            .iter()
+            .filter_map(|n| {
+                let item = listed["items"].as_array()?.iter().find(|i| i["metadata"]["name"] == n.as_str());
+                let cm = cms["items"].as_array()?.iter().find(|c| c["metadata"]["name"] == format!("{n}-config"));
+                let on = item.and_then(|i| i["metadata"]["labels"][&ring_label].as_str()).unwrap_or_default();
+                let right = item.is_some_and(|i| i["status"]["state"] == "ACTIVE")
+                    && live(on)
+                    && cm.is_some_and(|c| c["data"]["value"] == value);
+                (!right).then(|| format!("{n} on {on:?}"))
+            })
+            .collect()
+    };
+    let all = |m: &str| ["m1_", "m2_", "m3_"].iter().any(|p| m.starts_with(p));
+    eventually(Duration::from_secs(60), "every instance ACTIVE with its ConfigMap", || {
+        match wrong(&instances, "first", &all).as_slice() {
+            [] => Ok(()),
+            some => Err(format!("{some:?}\n{}", logs(&members))),
+        }
+    });
+    let listed = kubectl_json(&["get", "graphshardeds.graphs.samplectl.test", "-n", &ns.0]);
+    let holders: std::collections::BTreeSet<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["metadata"]["labels"][&ring_label].as_str()?.split_once('_').map(|(m, _)| m))
+        .collect();
+    assert!(holders.len() >= 2, "the instances are shared: {holders:?}");
+    // The RGD's own objects, written once: by the coordinator only.
+    let coordinator = kubectl_json(&["get", "lease", &ns.0, "-n", &ns.0])["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap()
+        .split_once('_')
+        .unwrap()
+        .0
+        .to_owned();
+    for (m, process) in &members {
+        let created = process.stderr().contains("created CustomResourceDefinition graphshardeds");
+        assert_eq!(created, *m == coordinator, "{m}: {}", process.stderr());
+    }
+
+    // The coordinator killed; the others go on, and one of them takes its place.
+    let (_, _) = members.remove(coordinator.as_str()).unwrap().stop("KILL", Duration::from_secs(5));
+    set(&instances[..6], "second");
+    let more: Vec<String> = (12..15).map(|i| format!("g{i}")).collect();
+    set(&more, "third");
+    let live = |m: &str| members.keys().any(|name| m.starts_with(&format!("{name}_")));
+    eventually(Duration::from_secs(90), "every instance served by the members left", || {
+        let mut left = wrong(&instances[..6], "second", &live);
+        left.extend(wrong(&instances[6..], "first", &live));
+        left.extend(wrong(&more, "third", &live));
+        match left.as_slice() {
+            [] => Ok(()),
+            some => Err(format!("{some:?}\n{}", logs(&members))),
+        }
+    });
+    eventually(SOON, "another member coordinates", || {
+        match members.values().any(|m| m.stderr().contains("coordinating the shard ring")) {
+            true => Ok(()),
+            false => Err(logs(&members)),
+        }
     });
     let object = get("rgd", &name, None).unwrap();
-    assert!(object["metadata"].get("finalizers").is_none() && object.get("status").is_none(), "{object}");
-    drop(member);
+    assert_eq!(object["status"]["state"], "Active", "{object}");
+    for (_, m) in members {
+        let (code, logged) = m.stop("TERM", Duration::from_secs(15));
+        assert_eq!(code, Some(0), "{logged}");
+    }
+    let names: Vec<&str> = instances.iter().chain(&more).map(String::as_str).collect();
+    forget_instances("graphshardeds.graphs.samplectl.test", &ns.0, &names);
     forget_rgds(&[&name]);
 }

@@ -52,16 +52,36 @@ pub enum Outcome {
     Deleted,
 }
 
-/// Runs one RGD as kro's RGD controller would, writing its finalizer, instance CRD and status. An error
-/// is what stops it (also written in its status, where it can be) and is tried again by the caller.
-/// `api` is the API the RGD was read through.
+/// Who writes an RGD's own objects (its finalizer and status, its instance CRD, its GraphRevisions).
+pub enum Role<'a> {
+    /// This process, as this writer.
+    Write(&'a Writer),
+    /// Another (a shard ring's coordinator): this process reads them, waits for the CRD as the graph
+    /// wants it, and runs the instances.
+    Follow,
+}
+
+/// Runs one RGD as kro's RGD controller would, writing its finalizer, instance CRD and status (unless it
+/// follows another writer). An error is what stops it (also written in its status, where it can be) and
+/// is tried again by the caller. `api` is the API the RGD was read through.
 pub async fn define(
     conn: &Connection,
     api: &Api<DynamicObject>,
     rgd: &DynamicObject,
-    (writer, features): (&Writer, Features),
+    (role, features): (Role<'_>, Features),
 ) -> Result<Outcome, String> {
     let name = rgd.metadata.name.clone().unwrap_or_default();
+    let writer = match role {
+        Role::Write(writer) => writer,
+        Role::Follow if rgd.metadata.deletion_timestamp.is_some() => return Ok(Outcome::Deleted),
+        Role::Follow => {
+            let object = serde_json::to_value(rgd).unwrap_or(Value::Null);
+            let now = now();
+            let mut conditions = Conditions::read(Vec::new(), DEPENDENTS, &[], (1, false), &now, &now);
+            let built = run(conn, (rgd, &object, features), &mut conditions, (&mut 1, None), Crd::Wait).await;
+            return built.map(|(_, definition)| Outcome::Run(Box::new(definition)));
+        }
+    };
     if rgd.metadata.deletion_timestamp.is_some() {
         set_finalizer(api, rgd, false, writer).await?;
         return Ok(Outcome::Deleted);
@@ -87,7 +107,7 @@ pub async fn define(
 
     let mut issued = false;
     let revisions = Some((writer, last_revision, &mut issued));
-    let result = run(conn, (&rgd, &object, features), &mut conditions, (&mut revision, revisions)).await;
+    let result = run(conn, (&rgd, &object, features), &mut conditions, (&mut revision, revisions), Crd::Write).await;
     let (order, resources) = match &result {
         Ok((graph, _)) => (Some(json!(graph.order)), Some(json!(rgd::resource_dependencies(graph)))),
         Err(_) => (object["status"].get("topologicalOrder").cloned(), object["status"].get("resources").cloned()),
@@ -173,7 +193,8 @@ pub async fn from_manifest(conn: &Connection, rgd: &Value, features: Features) -
     let object: DynamicObject = serde_json::from_value(rgd.clone()).map_err(|e| e.to_string())?;
     let now = now();
     let mut conditions = Conditions::read(Vec::new(), DEPENDENTS, &[], (1, false), &now, &now);
-    run(conn, (&object, rgd, features), &mut conditions, (&mut 1, None)).await.map(|(_, definition)| definition)
+    let built = run(conn, (&object, rgd, features), &mut conditions, (&mut 1, None), Crd::Write).await;
+    built.map(|(_, definition)| definition)
 }
 
 /// Checks the graph's expressions against the types of what they read and write as kro does before
@@ -243,6 +264,7 @@ async fn run(
     (rgd, object, features): (&DynamicObject, &Value, Features),
     conditions: &mut Conditions<'_>,
     (revision, revisions): (&mut i64, Option<(&Writer, i64, &mut bool)>),
+    crd: Crd,
 ) -> Result<(Graph, Definition), String> {
     let mut graph = match rgd::build_with(object, features) {
         Ok(graph) => graph,
@@ -326,7 +348,7 @@ async fn run(
         .as_ref()
         .and_then(|a| a.get(compat::ALLOW_BREAKING_ANNOTATION))
         .is_some_and(|v| v == "true");
-    if let Err(why) = ensure_crd(conn, &graph, &name, &uid, allow_breaking).await {
+    if let Err(why) = ensure_crd(conn, &graph, (&name, &uid), allow_breaking, crd).await {
         conditions.set_false("KindReady", "Failed", &why);
         return Err(why);
     }
@@ -365,25 +387,105 @@ async fn run(
     Ok((graph, definition))
 }
 
-/// Creates the instance CRD when it is missing; otherwise refuses one kro (or samplectl) does not own or
-/// another RGD does, refuses a change that breaks stored instances unless `allow_breaking`
-/// (`rules::graph::compat`), and updates it only when its schema or names change. Waits for it to be
-/// Established.
-async fn ensure_crd(
-    conn: &Connection,
-    graph: &Graph,
-    rgd_name: &str,
-    rgd_uid: &str,
-    allow_breaking: bool,
-) -> Result<(), String> {
-    let crds: Api<CustomResourceDefinition> = scope::cluster(conn.client.clone());
-    let crd_name = graph.api.crd_name();
+/// The instance CRD as the graph wants it, with kro's labels.
+fn desired_crd(graph: &Graph, (rgd_name, rgd_uid): (&str, &str)) -> Value {
     let mut desired = graph.crd.clone();
     let labels = &mut desired["metadata"]["labels"];
     labels["kro.run/owned"] = json!("true");
     labels["kro.run/kro-version"] = json!(version_label());
     labels["kro.run/resource-graph-definition-id"] = json!(rgd_uid);
     labels["kro.run/resource-graph-definition-name"] = json!(rgd_name);
+    desired
+}
+
+/// Whether an existing instance CRD must be written to be `desired` (as kro: only when its schema or
+/// names change); refused, in kro's words, when kro does not own it, another RGD does, or the change
+/// breaks stored instances unless `allow_breaking`.
+fn stale(
+    existing: &CustomResourceDefinition,
+    desired: &Value,
+    rgd_name: &str,
+    allow_breaking: bool,
+) -> Result<bool, String> {
+    let crd_name = existing.metadata.name.clone().unwrap_or_default();
+    let labels = existing.metadata.labels.as_ref();
+    let owner = labels.and_then(|l| l.get("kro.run/resource-graph-definition-name"));
+    if labels.and_then(|l| l.get("kro.run/owned")).is_none_or(|v| v != "true") {
+        return Err(format!("failed to update CRD {crd_name}: CRD already exists and is not owned by KRO"));
+    }
+    if owner.is_some_and(|o| o != rgd_name) {
+        return Err(format!(
+            "failed to update CRD {crd_name}: CRD is owned by another ResourceGraphDefinition {}",
+            owner.cloned().unwrap_or_default()
+        ));
+    }
+    let current = serde_json::to_value(existing).unwrap_or(Value::Null);
+    let report = compat::compare_versions(&current["spec"]["versions"], &desired["spec"]["versions"])
+        .map_err(|e| format!("failed to check schema compatibility: {e}"))?;
+    if !report.breaking.is_empty() && !allow_breaking {
+        return Err(format!("cannot update CRD {crd_name}: breaking changes detected: {}", report.summary()));
+    }
+    Ok(report.has_changes() || current["spec"]["names"] != desired["spec"]["names"])
+}
+
+/// `None` when the instance CRD is as the graph wants it; else what is not yet.
+async fn crd_as_wanted(
+    conn: &Connection,
+    graph: &Graph,
+    rgd: (&str, &str),
+    allow_breaking: bool,
+) -> Result<Option<String>, String> {
+    let crds: Api<CustomResourceDefinition> = scope::cluster(conn.client.clone());
+    let crd_name = graph.api.crd_name();
+    let existing = crds.get_opt(&crd_name).await.map_err(|e| crate::error::describe(&e))?;
+    let Some(existing) = existing else { return Ok(Some(format!("CRD {crd_name} is not there yet"))) };
+    match stale(&existing, &desired_crd(graph, rgd), rgd.0, allow_breaking)? {
+        true => Ok(Some(format!("CRD {crd_name} is not as the graph wants it yet"))),
+        false => Ok(None),
+    }
+}
+
+/// What becomes of the instance CRD.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Crd {
+    /// Made or updated as the graph wants it.
+    Write,
+    /// Waited for, as the graph wants it, for another process (a ring's coordinator) writes it.
+    Wait,
+}
+
+/// Creates the instance CRD when it is missing; otherwise refuses one kro (or samplectl) does not own or
+/// another RGD does, refuses a change that breaks stored instances unless `allow_breaking`
+/// (`rules::graph::compat`), and updates it only when its schema or names change. Waits for it to be
+/// Established. With `Crd::Wait`, writes nothing and waits (up to `ESTABLISH_LIMIT`) until the CRD is as
+/// it would have written it.
+async fn ensure_crd(
+    conn: &Connection,
+    graph: &Graph,
+    (rgd_name, rgd_uid): (&str, &str),
+    allow_breaking: bool,
+    mode: Crd,
+) -> Result<(), String> {
+    if mode == Crd::Wait {
+        let deadline = tokio::time::Instant::now() + ESTABLISH_LIMIT;
+        loop {
+            match crd_as_wanted(conn, graph, (rgd_name, rgd_uid), allow_breaking).await {
+                Ok(None) => break,
+                Ok(Some(why)) | Err(why) if tokio::time::Instant::now() >= deadline => {
+                    return Err(format!("waiting for the ring's coordinator to write the CRD: {why}"));
+                }
+                _ => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+        let crds: Api<CustomResourceDefinition> = scope::cluster(conn.client.clone());
+        let crd_name = graph.api.crd_name();
+        return crate::controller::crd::wait_established(crds, &crd_name, ESTABLISH_LIMIT)
+            .await
+            .map_err(|e| format!("CRD {crd_name} is not ready: {}", crate::error::describe_any(&e)));
+    }
+    let crds: Api<CustomResourceDefinition> = scope::cluster(conn.client.clone());
+    let crd_name = graph.api.crd_name();
+    let desired = desired_crd(graph, (rgd_name, rgd_uid));
     let describe = |e: kube::Error| crate::error::describe(&e);
     match crds.get_opt(&crd_name).await.map_err(describe)? {
         None => {
@@ -395,26 +497,7 @@ async fn ensure_crd(
             tracing::info!(controller = rgd_name, "created CustomResourceDefinition {crd_name}");
         }
         Some(existing) => {
-            let owner = existing.metadata.labels.as_ref().and_then(|l| l.get("kro.run/resource-graph-definition-name"));
-            let owned =
-                existing.metadata.labels.as_ref().and_then(|l| l.get("kro.run/owned")).is_some_and(|v| v == "true");
-            if !owned {
-                return Err(format!("failed to update CRD {crd_name}: CRD already exists and is not owned by KRO"));
-            }
-            if owner.is_some_and(|o| o != rgd_name) {
-                return Err(format!(
-                    "failed to update CRD {crd_name}: CRD is owned by another ResourceGraphDefinition {}",
-                    owner.cloned().unwrap_or_default()
-                ));
-            }
-            let current = serde_json::to_value(&existing).unwrap_or(Value::Null);
-            let report = compat::compare_versions(&current["spec"]["versions"], &desired["spec"]["versions"])
-                .map_err(|e| format!("failed to check schema compatibility: {e}"))?;
-            if !report.breaking.is_empty() && !allow_breaking {
-                return Err(format!("cannot update CRD {crd_name}: breaking changes detected: {}", report.summary()));
-            }
-            // As kro: written only when the schema or the names change.
-            if report.has_changes() || current["spec"]["names"] != desired["spec"]["names"] {
+            if stale(&existing, &desired, rgd_name, allow_breaking)? {
                 let patch = json!({"metadata": {"labels": desired["metadata"]["labels"]}, "spec": desired["spec"]});
                 crds.patch(&crd_name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
