@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+import fleet_ring
 import kro
 import metacontroller
 import report
@@ -35,6 +36,7 @@ PROFILES = {
         "scale_poll": {"sizes": [100000]},
         "sharding": {"size": 20000, "members": [1, 2, 4]},
         "failover": {"sizes": [20000, 100000]},
+        "fleet_ring": {"controllers": 10, "per_controller": 1000, "members": [1, 2, 4], "probes": 100},
         "kro": {"count": 30, "size": 1000, "window": 60, "few": 20, "big_crds": 200},
         "shell_operator": {"count": 100, "size": 100000},
     },
@@ -53,6 +55,7 @@ PROFILES = {
         "scale_poll": {"sizes": [2000]},
         "sharding": {"size": 1000, "members": [1, 2]},
         "failover": {"sizes": [1000]},
+        "fleet_ring": {"controllers": 10, "per_controller": 30, "members": [1, 2], "probes": 20},
         "kro": {"count": 10, "size": 200, "window": 15, "few": 10, "big_crds": 200},
         "shell_operator": {"count": 20, "size": 2000},
     },
@@ -100,7 +103,7 @@ def main():
         t0 = time.monotonic()
         log(f"{name} ...")
         module = {"metacontroller": metacontroller, "kro": kro, "scale": scale, "scale_poll": scale, "sharding": sharding,
-                  "failover": sharding,
+                  "failover": sharding, "fleet_ring": fleet_ring,
                   "shell_operator": shell_operator}.get(
             name, scenarios
         )

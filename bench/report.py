@@ -97,6 +97,7 @@ def write(results, out):
                 ("listing", listing_section), ("footprint", footprint_section), ("restart", restart_section),
                 ("sizing", sizing_section), ("hooks", hooks_section), ("metacontroller", metacontroller_section),
                 ("scale", scale_section), ("sharding", sharding_section), ("failover", failover_section),
+                ("fleet_ring", fleet_ring_section),
                 ("kro", kro_section),
                 ("shell_operator", shell_operator_section)]
     if "scale_poll" in results and "scale" not in results:
@@ -763,6 +764,39 @@ def failover_section(results, w, verdicts, out):
         if parts:
             verdicts.append(f"Failover at {int(size):,} Samples (aim 20.4 s): " + "; ".join(parts) + ".")
     w("")
+
+
+def fleet_ring_section(results, w, verdicts, out):
+    data = results["fleet_ring"]
+    w("## 11c. Many controllers across members\n")
+    w(f"{data['controllers']} CompositeControllers stored in the cluster, each over a parent type of its own, with "
+      "the URL hook of section 9, run by the members of one ring (`reconcile --from-cluster --watch --shard-ring "
+      "bench`, default lease timings), every member a process on this machine. The members are started, then "
+      f"{data['per_controller']:,} parents of each type are created in one burst by 16 clients: **converge** is "
+      "until every parent's ConfigMap exists (the bench lists them every half second); then each member's resident "
+      "memory once quiet. On rings of two or more, a member that does not coordinate is killed (SIGKILL) and some "
+      "of its parents, spread over its share, are changed at once: **served** is until each of their ConfigMaps "
+      "holds the change (default timings: the aim of section 11b, 20.4 s). Members, API server, etcd and the bench "
+      f"share the 2 cores.{measured_on(results, 'fleet_ring')}\n")
+    w("| members | parents | converge s | parents held per member | RSS MiB per member | killed: held, probes | "
+      "served after s |")
+    w("|---:|---:|---:|---|---|---|---:|")
+    total = data["controllers"] * data["per_controller"]
+    for k in sorted((k for k in data if k.isdigit()), key=int):
+        row = data[k]
+        held = ", ".join(f"{m} {n:,}" for m, n in sorted(row["held"].items(), key=lambda x: str(x[0])))
+        rss = ", ".join(f"{m} {v:.0f}" for m, v in sorted(row["rss_mib"].items()))
+        kill = row.get("kill")
+        killed = f"{kill['victim']}: {kill['held']:,}, {kill['probes']}" if kill else "-"
+        served = f"**{kill['served_seconds']:.1f}**" if kill else "-"
+        w(f"| {k} | {total:,} | {row['converge_seconds']:.1f} | {held} | {rss} | {killed} | {served} |")
+    w("")
+    for k in sorted((k for k in data if k.isdigit() and data[k].get("kill")), key=int):
+        kill = data[k]["kill"]
+        met = "met" if kill["served_seconds"] <= 20.4 else "not met"
+        verdicts.append(f"{data['controllers']} controllers x {data['per_controller']:,} parents over {k} members: a "
+                        f"killed member's {kill['held']:,} parents served again after {kill['served_seconds']:.1f} s "
+                        f"(aim 20.4 s): {met}.")
 
 
 def sharding_section(results, w, verdicts, out):
