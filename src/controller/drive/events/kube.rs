@@ -324,13 +324,14 @@ fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: Dyna
         });
     }
     let key = key_of(monitor, &object);
-    let leaving = match &shared.share {
-        Some(share) => match share.seen(&monitor.held(&key), &monitor.resolved.ar, &object.metadata) {
-            Seen::Stale => return,
-            seen => seen == Seen::Leaving,
-        },
-        None => false,
-    };
+    // An object on its way to another member makes no event, and its entry is left as the hooks last
+    // saw it (out of the snapshots meanwhile): if the move is called off, a change made meanwhile is
+    // still an event then.
+    if let Some(share) = &shared.share
+        && share.seen(&monitor.held(&key), &monitor.resolved.ar, &object.metadata) != Seen::Ours
+    {
+        return;
+    }
     let json = match serde_json::to_string(&object) {
         Ok(json) => json,
         Err(err) => return tracing::error!("cannot write {} {} as JSON: {err}", key.kind, key.name),
@@ -362,9 +363,7 @@ fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: Dyna
     let mut state = monitor.lock();
     let before = state.entries.insert(key.clone(), entry).map(|e| e.checksum);
     let event = match before {
-        // An object on its way to another member stays in the entries (its move may be called off),
-        // out of the snapshots, and makes no event.
-        _ if quiet || leaving => return,
+        _ if quiet => return,
         None => WatchEvent::Added,
         Some(sum) if sum != checksum => WatchEvent::Modified,
         Some(_) => return,
