@@ -96,6 +96,7 @@ struct State<'a> {
     /// for, and the tasks.
     defining: HashMap<Key, Version>,
     defined: JoinSet<Defined>,
+    tasks: HashMap<Key, tokio::task::AbortHandle>,
     /// The API each kind followed is read through.
     apis: HashMap<&'static str, Api<DynamicObject>>,
     /// In a ring, the RGDs as last seen: started again when this member starts or stops coordinating,
@@ -177,10 +178,12 @@ impl State<'_> {
         };
         let (conn, features) = (self.conn.clone(), self.fleet.kro_features);
         let api = self.apis[kind].clone();
-        self.defined.spawn(async move {
+        let key_for_task = key.clone();
+        let task = self.defined.spawn(async move {
             let result = define(&conn, (&writer, features), (kind, &api), &object).await;
             (key, now, object, result)
         });
+        self.tasks.insert(key_for_task, task);
     }
 
     /// Starts what `upsert` defined, unless it was stopped or asked for again at another version since.
@@ -190,6 +193,7 @@ impl State<'_> {
             return;
         }
         self.defining.remove(&key);
+        self.tasks.remove(&key);
         let result = result.and_then(|definitions| self.one_composite_per_parent(&key, definitions));
         match result {
             Ok(None) => {
@@ -272,6 +276,11 @@ impl State<'_> {
     async fn stop(&mut self, key: &Key) {
         self.failed.remove(key);
         self.defining.remove(key);
+        // A definition under way is of no use now; ended, so that it cannot be taken for a later one
+        // of the same version (an RGD started again when coordination changes hands).
+        if let Some(task) = self.tasks.remove(key) {
+            task.abort();
+        }
         let Some(running) = self.running.remove(key) else { return };
         if let Some(ring) = &self.fleet.ring {
             ring.remove(&running.in_ring);
@@ -423,6 +432,7 @@ impl Fleet {
             said: HashMap::new(),
             defining: HashMap::new(),
             defined: JoinSet::new(),
+            tasks: HashMap::new(),
             apis: followed,
             graphs: HashMap::new(),
         };
@@ -455,7 +465,12 @@ impl Fleet {
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
-                Some(Ok(())) = async { Some(coordinating.as_mut()?.changed().await) }, if coordinating.is_some() => {
+                changed = async { coordinating.as_mut()?.changed().await.ok() }, if coordinating.is_some() => {
+                    if changed.is_none() {
+                        // Nobody tells any more (the member is stopping): nothing to follow.
+                        coordinating = None;
+                        continue;
+                    }
                     let graphs: Vec<(Key, DynamicObject)> = state.graphs.drain().collect();
                     for (key, object) in graphs {
                         state.stop(&key).await;
@@ -464,6 +479,7 @@ impl Fleet {
                 }
                 Some(defined) = state.defined.join_next(), if !state.defined.is_empty() => match defined {
                     Ok(defined) => state.finish(defined),
+                    Err(err) if err.is_cancelled() => {}
                     Err(err) => tracing::warn!("making a controller object into a controller stopped abruptly: {err}"),
                 },
                 Some((kind, watched)) = installs.next(), if !installs.is_empty() => {

@@ -68,6 +68,11 @@ impl Monitor {
         &shared.hooks[self.hook].loaded.config.kubernetes[self.binding]
     }
 
+    /// The kind of this binding's objects.
+    pub fn kind(&self) -> &str {
+        &self.resolved.ar.kind
+    }
+
     /// An object of this binding, as the ring's share knows it.
     pub fn held(&self, key: &ObjectKey) -> Held {
         Held::of(&self.resolved.ar, &key.namespace, &key.name)
@@ -327,11 +332,14 @@ fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: Dyna
     // An object on its way to another member makes no event, and its entry is left as the hooks last
     // saw it (out of the snapshots meanwhile): if the move is called off, a change made meanwhile is
     // still an event then.
-    if let Some(share) = &shared.share
-        && share.seen(&monitor.held(&key), &monitor.resolved.ar, &object.metadata) != Seen::Ours
-    {
-        return;
-    }
+    let back = match &shared.share {
+        Some(share) => match share.seen(&monitor.held(&key), &monitor.resolved.ar, &object.metadata) {
+            Seen::Ours => false,
+            Seen::Back => true,
+            Seen::Leaving | Seen::Stale => return,
+        },
+        None => false,
+    };
     let json = match serde_json::to_string(&object) {
         Ok(json) => json,
         Err(err) => return tracing::error!("cannot write {} {} as JSON: {err}", key.kind, key.name),
@@ -365,7 +373,7 @@ fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: Dyna
     let event = match before {
         _ if quiet => return,
         None => WatchEvent::Added,
-        Some(sum) if sum != checksum => WatchEvent::Modified,
+        Some(sum) if sum != checksum || back => WatchEvent::Modified,
         Some(_) => return,
     };
     let object = object_json.and_then(|json| serde_json::from_str(&json).ok());
@@ -385,7 +393,18 @@ fn deleted(shared: &Arc<Shared>, monitor: &Arc<Monitor>, object: DynamicObject) 
             tokio::spawn(async move {
                 if share.look(&shared.client, &monitor.resolved.ar, &held).await == Gone::Deleted {
                     let mut state = monitor.lock();
-                    queue_event(&shared, &monitor, &mut state, WatchEvent::Deleted, key, object, entry.filter_result);
+                    // Unless it came back to this member meanwhile: its Added is the last word then.
+                    if !state.entries.contains_key(&key) {
+                        queue_event(
+                            &shared,
+                            &monitor,
+                            &mut state,
+                            WatchEvent::Deleted,
+                            key,
+                            object,
+                            entry.filter_result,
+                        );
+                    }
                 }
             });
         }

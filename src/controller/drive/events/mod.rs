@@ -116,6 +116,14 @@ impl Hooks {
             monitors: Default::default(),
             share,
         });
+        if let Some(share) = &shared.share {
+            let weak = Arc::downgrade(&shared);
+            share.on_release(Box::new(move |released| {
+                if let Some(shared) = weak.upgrade() {
+                    shared.strip(released);
+                }
+            }));
+        }
         webhook::serve(&shared, &webhooks, stop).await?;
         Ok(Ready { shared, webhooks })
     }
@@ -293,16 +301,37 @@ impl Shared {
         }
     }
 
-    /// Whether `context` (of a run of `hook`) is an event of an object the member is letting go of: a
-    /// deletion is not (the look after its `DELETED` found it deleted).
-    fn leaving(&self, share: &share::Share, hook: usize, context: &Pending) -> bool {
-        let What::Event { event, key, .. } = &context.what else { return false };
-        if *event == crate::controller::rules::shell::config::WatchEvent::Deleted {
-            return false;
+    /// The object `context` (of a run of `hook`) is an event of, when it is one that is left to the next
+    /// member once its object is let go of: not a deletion (the look after its `DELETED` found it
+    /// deleted), nor a grouped context (it carries no object, only the group's snapshots, which leave
+    /// the object out already).
+    fn event_object(&self, hook: usize, context: &Pending) -> Option<share::Held> {
+        let What::Event { event, key, .. } = &context.what else { return None };
+        if *event == crate::controller::rules::shell::config::WatchEvent::Deleted || context.group.is_some() {
+            return None;
         }
+        // Bindings may share a name (an unnamed one is "kubernetes"): the one of the object's kind.
         let bindings = &self.hooks[hook].loaded.config.kubernetes;
-        let Some(binding) = bindings.iter().position(|k| k.name == context.binding) else { return false };
-        self.monitor(hook, binding).is_some_and(|monitor| share.leaving(&monitor.held(key)))
+        bindings.iter().enumerate().filter(|(_, k)| k.name == context.binding).find_map(|(binding, _)| {
+            let monitor = self.monitor(hook, binding)?;
+            (monitor.kind() == key.kind).then(|| monitor.held(key))
+        })
+    }
+
+    /// Whether `context` is an event of an object the member is letting go of.
+    fn leaving(&self, share: &share::Share, hook: usize, context: &Pending) -> bool {
+        self.event_object(hook, context).is_some_and(|held| share.leaving(&held))
+    }
+
+    /// Takes the events of objects let go of (`released`) out of every queue: what was queued for
+    /// them is the next member's to run, and a run held at a queue's head by a failing hook must not
+    /// run them later.
+    fn strip(&self, released: &std::collections::HashSet<share::Held>) {
+        for queue in self.queues.values() {
+            queue.retain_contexts(|hook, context| {
+                self.event_object(hook, context).is_none_or(|held| !released.contains(&held))
+            });
+        }
     }
 
     /// The objects of `hook`'s kubernetes binding `name` now; none if it is not running yet.

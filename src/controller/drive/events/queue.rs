@@ -97,6 +97,15 @@ impl Queue {
         Some(head)
     }
 
+    /// Keeps, in every run waiting, only the contexts `keep` says to keep (with their run's hook).
+    pub fn retain_contexts(&self, keep: impl Fn(usize, &Pending) -> bool) {
+        for task in self.lock().iter_mut() {
+            if let Task::Run { hook, contexts, .. } = task {
+                contexts.retain(|c| keep(*hook, c));
+            }
+        }
+    }
+
     fn put_back(&self, task: Task) {
         self.lock().push_front(task);
     }
@@ -236,6 +245,11 @@ pub async fn work(shared: Arc<Shared>, queue: Arc<Queue>, mut stop: watch::Recei
                             shared.hooks[hook].loaded.name,
                             crate::duration::format(delay)
                         );
+                        // Retried as it was, less the events of objects let go of meanwhile.
+                        let mut contexts = contexts;
+                        if let Some(share) = &shared.share {
+                            contexts.retain(|c| !shared.leaving(share, hook, c));
+                        }
                         queue.put_back(Task::Run { hook, event, allow_failure, contexts, unlock });
                         tokio::select! {
                             () = tokio::time::sleep(delay) => {}

@@ -66,6 +66,9 @@ impl Held {
 pub enum Seen {
     /// The member's, as usual.
     Ours,
+    /// The member's again, its move called off: events of it may have been left to the next member
+    /// meanwhile, so this copy is an event whatever its checksum.
+    Back,
     /// Being let go of: out of the snapshots, and no event.
     Leaving,
     /// Older than what the member knows of it already (a watch behind another): ignored.
@@ -117,7 +120,12 @@ pub struct Share {
     ended: Notify,
     releases: mpsc::UnboundedSender<Release>,
     queued: Mutex<Option<mpsc::UnboundedReceiver<Release>>>,
+    /// Told which objects a batch let go of (their events still queued are dropped).
+    on_release: std::sync::OnceLock<OnRelease>,
 }
+
+/// What is told of the objects a batch of releases let go of.
+pub type OnRelease = Box<dyn Fn(&HashSet<Held>) + Send + Sync>;
 
 /// A run under way, from its start (taken before it reads any object) to its end.
 pub struct Using<'a> {
@@ -170,7 +178,13 @@ impl Share {
             ended: Notify::new(),
             releases,
             queued: Mutex::new(Some(queued)),
+            on_release: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Has `told` called with the objects each batch of releases let go of.
+    pub fn on_release(&self, told: OnRelease) {
+        let _ = self.on_release.set(told);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -234,9 +248,13 @@ impl Share {
             }
             // The move is off, or the object came back after its release (and may be drained again).
             _ => {
+                let called_off = leaving.released.is_none();
                 inner.leaving.remove(held);
                 drop(inner);
-                self.seen(held, ar, meta)
+                match self.seen(held, ar, meta) {
+                    Seen::Ours if called_off => Seen::Back,
+                    seen => seen,
+                }
             }
         }
     }
@@ -262,13 +280,25 @@ impl Share {
 
     /// Looks at an object a watch said `DELETED` of while it was being let go of.
     pub async fn look(&self, client: &kube::Client, ar: &ApiResource, held: &Held) -> Gone {
+        // Let go of by this member itself: its DELETED is the move.
+        if self.lock().leaving.get(held).is_some_and(|l| l.released.is_some()) {
+            return Gone::Moved;
+        }
         let namespace = Some(held.namespace.as_str()).filter(|ns| !ns.is_empty());
         let api = scope::dynamic(client.clone(), ar, namespace);
         for attempt in 0..5u32 {
             match bounded(api.get_opt(&held.name)).await {
                 Ok(None) => break,
                 Ok(Some(object)) if self.member.marked(&object.metadata) => break,
-                Ok(Some(_)) => return Gone::Moved,
+                Ok(Some(object)) => {
+                    // Moved by another write than this member's release: remembered as let go of at
+                    // that version, so that a watch behind it cannot bring it back.
+                    let version = object.metadata.resource_version.unwrap_or_default();
+                    if let Some(leaving) = self.lock().leaving.get_mut(held) {
+                        leaving.released.get_or_insert((version, Instant::now()));
+                    }
+                    return Gone::Moved;
+                }
                 Err(failed) => {
                     tracing::warn!("cannot read {} {}: {}", ar.kind, held.name, failed.message());
                     tokio::time::sleep(Duration::from_millis(200) * 2u32.pow(attempt)).await;
@@ -304,23 +334,30 @@ impl Share {
                 }
                 ended.await;
             }
-            futures::stream::iter(batch)
+            let released: HashSet<Held> = futures::stream::iter(batch)
                 .map(|release| self.send(&client, &fence, release))
                 .buffer_unordered(WRITES)
-                .collect::<Vec<()>>()
+                .filter_map(|released| async move { released })
+                .collect()
                 .await;
+            if let Some(told) = self.on_release.get()
+                && !released.is_empty()
+            {
+                told(&released);
+            }
         }
     }
 
     /// Relabels an object for its next member, as its newest copy was seen (a copy newer than the one a
     /// release was queued for may have come meanwhile).
-    async fn send(&self, client: &kube::Client, fence: &Fence, release: Release) {
+    async fn send(&self, client: &kube::Client, fence: &Fence, release: Release) -> Option<Held> {
         let Release { held, ar } = release;
-        let Some((version, to)) =
-            self.lock().leaving.get(&held).filter(|l| l.released.is_none()).map(|l| (l.version.clone(), l.to.clone()))
-        else {
-            return;
-        };
+        let (version, to) = self
+            .lock()
+            .leaving
+            .get(&held)
+            .filter(|l| l.released.is_none())
+            .map(|l| (l.version.clone(), l.to.clone()))?;
         let namespace = Some(held.namespace.as_str()).filter(|ns| !ns.is_empty());
         let api = scope::dynamic(client.clone(), &ar, namespace);
         let patch = json!({"metadata": {
@@ -332,13 +369,15 @@ impl Share {
             false => Err(None),
         };
         let mut inner = self.lock();
-        let Some(leaving) = inner.leaving.get_mut(&held) else { return };
+        let leaving = inner.leaving.get_mut(&held)?;
+        let mut released = None;
         let again = match result {
             Ok(object) => {
                 let DynamicObject { metadata, .. } = object;
                 leaving.released = Some((metadata.resource_version.unwrap_or_default(), Instant::now()));
                 leaving.sending = false;
                 tracing::info!("{}/{}: handed over to shard member {to}", held.namespace, held.name);
+                released = Some(held.clone());
                 None
             }
             // Changed since: sent again at once if a newer copy (still drained) came meanwhile, else when
@@ -347,9 +386,9 @@ impl Share {
                 leaving.sending = leaving.version != version;
                 leaving.sending.then_some(Duration::ZERO)
             }
-            // Gone: its DELETED is looked at.
+            // Gone: no longer being let go of, so that its DELETED is a deletion.
             Err(Some(failed)) if failed.status() == Some(404) => {
-                leaving.sending = false;
+                inner.leaving.remove(&held);
                 None
             }
             Err(failed) => {
@@ -364,11 +403,13 @@ impl Share {
         drop(inner);
         if let Some(delay) = again {
             let releases = self.releases.clone();
+            let held = held.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
                 let _ = releases.send(Release { held, ar });
             });
         }
+        released
     }
 }
 
@@ -432,8 +473,9 @@ mod tests {
         let share = share();
         let held = Held::of(&ar(), "ns", "x");
         assert_eq!(share.seen(&held, &ar(), &meta("11", "a_1", Some("b_2"))), Seen::Leaving);
-        assert_eq!(share.seen(&held, &ar(), &meta("12", "a_1", None)), Seen::Ours);
+        assert_eq!(share.seen(&held, &ar(), &meta("12", "a_1", None)), Seen::Back);
         assert!(!share.leaving(&held));
+        assert_eq!(share.seen(&held, &ar(), &meta("13", "a_1", None)), Seen::Ours);
 
         let before = share.enter();
         let generation = {
