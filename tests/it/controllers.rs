@@ -14,7 +14,7 @@ use crate::support::{Background, Namespace, apply, eventually, free_port, http_g
 const SOON: Duration = Duration::from_secs(30);
 
 /// A CRD of the test's own, namespaced, with a status subresource; `spec` is free.
-fn crd(plural: &str, kind: &str) -> Value {
+pub fn crd(plural: &str, kind: &str) -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

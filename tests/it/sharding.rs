@@ -539,15 +539,8 @@ fn a_cluster_scoped_parent_with_children_in_other_namespaces_is_shared_with_its_
     samplectl(&["install-crd", "--metacontroller"]).success();
     static CRD: std::sync::Once = std::sync::Once::new();
     CRD.call_once(|| {
-        let crd = json!({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": "globals.controllers.example.com"},
-            "spec": {"group": "controllers.example.com", "scope": "Cluster",
-                     "names": {"kind": "Global", "plural": "globals", "singular": "global"},
-                     "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
-                                   "schema": {"openAPIV3Schema": {"type": "object",
-                                                                  "x-kubernetes-preserve-unknown-fields": true}}}]},
-        });
+        let mut crd = crate::controllers::crd("globals", "Global");
+        crd["spec"]["scope"] = json!("Cluster");
         crate::support::apply("default", &crd);
         kubectl(&["wait", "--for=condition=Established", "crd/globals.controllers.example.com", "--timeout=30s"])
             .success();
