@@ -107,7 +107,7 @@ impl Connection {
         let answered = LastAnswer::default();
         let last = answered.clone();
         let warnings = Warnings { seen: Arc::default(), handler: on_warning };
-        let client = kube::client::ClientBuilder::try_from(config)
+        let client = super::transport::client_builder(config)
             .context("cannot build a Kubernetes client")?
             .with_layer(&MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
                 counter.record(&req);

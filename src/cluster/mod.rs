@@ -12,3 +12,4 @@ pub mod requests;
 pub mod resolve;
 pub mod scope;
 pub mod stream;
+pub mod transport;
