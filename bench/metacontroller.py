@@ -42,6 +42,10 @@ class HookServer:
 
     def __init__(self):
         sync = _sample_sync()
+        # When each parent's calls came and were answered, by the bench's clock: {(namespace, name):
+        # [(received, answered), ...]}. Taken around the whole exchange, so that the engines' stages can be
+        # told apart from the hook's own time.
+        calls = self.calls = {}
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -53,6 +57,7 @@ class HookServer:
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_POST(self):
+                received = time.time()
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 body = json.dumps(sync(request)).encode()
                 self.send_response(200)
@@ -60,6 +65,8 @@ class HookServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+                meta = request.get("parent", {}).get("metadata", {})
+                calls.setdefault((meta.get("namespace"), meta.get("name")), []).append((received, time.time()))
 
             def log_message(self, *args):
                 pass
@@ -161,8 +168,9 @@ def metacontroller(bench, count, size, controllers, per_controller, window, log,
     try:
         put_controllers(bench.api, [controller("samples", "example.com", "v1alpha1", "samples")])
         for engine in engines(bench) + ["built-in"]:
-            out[engine] = samples_rows(bench, engine, count, runs, size, window, log)
-        out["minimal"] = {"reaction_runs": reaction_runs(bench, "minimal", count, runs, log)[0]}
+            out[engine] = samples_rows(bench, engine, count, runs, size, window, log, hook)
+        minimal, _, neutral = reaction_runs(bench, "minimal", count, runs, log)
+        out["minimal"] = {"reaction_runs": minimal, "neutral_stages": neutral}
         put_controllers(bench.api, [])
         for i in range(controllers):
             plural, crd = kind_crd(i)
@@ -192,33 +200,77 @@ class Minimal:
         self.floor.stop()
 
 
-def reaction_runs(bench, engine, count, runs, log):
-    """`runs` reaction runs, each in a fresh namespace with the engine started afresh: the latencies of each."""
-    out, stages = [], None
+def reaction_runs(bench, engine, count, runs, log, hook=None):
+    """`runs` reaction runs, each in a fresh namespace with the engine started afresh: the latencies of each,
+    samplectl's own stage trace (its last run), and every run's engine-neutral trace (`neutral_stages`)."""
+    out, stages, neutral = [], None, {}
+    audit = os.path.join(bench.api.cluster_dir, "audit.log")
     for run in range(runs):
         # samplectl's stages are traced in its last run only, so that the runs before show what tracing costs.
         traced = engine == "samplectl" and run == runs - 1
         label = f"reaction-{engine}-{run}"
+        ns = f"bench-mc-react-{engine}-{run}"
 
         def begin(ns):
             return Minimal(bench, ns) if engine == "minimal" else start(bench, engine, ns, label, stages=traced)
-        marks = {} if traced else None
-        latencies = one_at_a_time(bench, f"bench-mc-react-{engine}-{run}", count, begin, warm_up_timeout=180,
-                                  marks=marks)
+        marks = {}
+        offset = os.path.getsize(audit) if os.path.exists(audit) else None
+        latencies = one_at_a_time(bench, ns, count, begin, warm_up_timeout=180, marks=marks)
         if traced:
             stages = stage_times(os.path.join(bench.log_dir, f"metacontroller-{label}.log"), marks)
+        if offset is not None:
+            calls = hook.calls if hook else {}
+            for name, times in neutral_stages(audit, offset, ns, marks, calls).items():
+                neutral[f"{run}/{name}"] = times
         out.append(latencies)
         log(f"metacontroller scenario, {engine} reaction run {run}: median "
             f"{sorted(latencies)[len(latencies) // 2] * 1000:.1f} ms")
-    return out, stages
+    return out, stages, neutral
 
 
-def samples_rows(bench, engine, count, runs, size, window, log):
+# The stages every engine's reaction goes through, as seen from outside it: by the hook server, by the API
+# server's audit log and by the bench's watch.
+NEUTRAL_STAGES = ["hook called", "hook answered", "create received", "create answered", "seen"]
+
+
+def neutral_stages(audit, offset, ns, marks, calls):
+    """Each Sample's reaction in `ns`, as seconds after its create returned to the bench: when the hook
+    server got the engine's first call for it and answered, when the API server received its ConfigMap's
+    first write and answered it (the audit log's ResponseComplete events after `offset`: requestReceived
+    and stage timestamps), and when the bench's watch saw the ConfigMap. {name: {stage: seconds}}; the
+    same clock throughout (one machine)."""
+    writes = {}
+    with open(audit) as f:
+        f.seek(offset)
+        for line in f:
+            if '"ResponseComplete"' not in line or f'"namespace":"{ns}"' not in line:
+                continue
+            event = json.loads(line)
+            ref = event.get("objectRef") or {}
+            if (event.get("stage") != "ResponseComplete" or ref.get("namespace") != ns
+                    or ref.get("resource") != "configmaps" or event.get("verb") not in ("create", "patch")):
+                continue
+            times = [datetime.datetime.fromisoformat(event[k]).timestamp()
+                     for k in ("requestReceivedTimestamp", "stageTimestamp")]
+            writes.setdefault(ref.get("name"), times)
+    out = {}
+    for name, (created, latency) in marks.items():
+        times = {"seen": latency}
+        if (ns, name) in calls:
+            times["hook called"], times["hook answered"] = (t - created for t in calls[(ns, name)][0])
+        if name in writes:
+            times["create received"], times["create answered"] = (t - created for t in writes[name])
+        out[name] = times
+    return out
+
+
+def samples_rows(bench, engine, count, runs, size, window, log, hook):
     """Reaction (Samples created one at a time: create returned -> ConfigMap seen, over `runs` runs), then
     convergence of `size` Samples created in a burst (-> all Ready), requests per minute after that, and
     memory."""
     rows = {}
-    rows["reaction_runs"], rows["stages"] = reaction_runs(bench, engine, count, runs, log)
+    rows["reaction_runs"], rows["stages"], rows["neutral_stages"] = reaction_runs(bench, engine, count, runs, log,
+                                                                                  hook)
     rows["reaction"] = [x for run in rows["reaction_runs"] for x in run]
 
     # The burst `runs` times too (a single one varies by a second or two here); the last run's engine,

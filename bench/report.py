@@ -546,6 +546,7 @@ def metacontroller_section(results, w, verdicts, out):
                   f"{pct(since, 50):.2f} | {pct(since, 99):.2f} |")
             previous = stage
         w("")
+    neutral_table(data, w)
     if "samplectl" in rows and "metacontroller" in rows:
         names = ["reaction p50", "reaction p99", "convergence", "idle requests", "RSS", f"{s['controllers']}-controller "
                  "convergence", f"{s['controllers']}-controller RSS"]
@@ -558,6 +559,35 @@ def metacontroller_section(results, w, verdicts, out):
             met = all(o <= t for o, t in zip(ours, theirs))
             verdicts.append(f"Reaction with a URL hook against {what} (aim: ahead at p50, p90 and p99): {cells}: "
                             + ("met" if met else "not met") + ".")
+
+
+def neutral_table(data, w):
+    """Every engine's reaction in the stages seen from outside it (`metacontroller.neutral_stages`)."""
+    engines = [(e, n) for e, n in (("samplectl", "samplectl, URL hook"), ("metacontroller", "metacontroller, URL hook"),
+                                   ("built-in", "samplectl, built-in"), ("minimal", "minimal client"))
+               if data.get(e, {}).get("neutral_stages")]
+    if not engines:
+        return
+    order = ["hook called", "hook answered", "create received", "create answered", "seen"]
+    w("The same reactions seen from outside each engine, in every run: when the bench's hook server got the "
+      "engine's first call for a Sample and answered it, when the API server received the Sample's ConfigMap's "
+      "first write and answered it (its audit log: the request's received and completed times), and when the "
+      "bench's watch saw the ConfigMap; one clock, one machine. Each cell is p50 / p99 in ms of the time from "
+      "the stage before that the engine has (the first from the Sample's create returning to the bench). The "
+      "steps are each one's own percentiles: they do not add up to the reaction's.\n")
+    w("| stage | " + " | ".join(n for _, n in engines) + " |")
+    w("|---|" + "---:|" * len(engines))
+    for stage in order:
+        cells = []
+        for engine, _ in engines:
+            steps = []
+            for times in data[engine]["neutral_stages"].values():
+                before = [times[s] for s in order[: order.index(stage)] if s in times]
+                if stage in times:
+                    steps.append((times[stage] - (before[-1] if before else 0.0)) * 1000)
+            cells.append(f"{pct(steps, 50):.2f} / {pct(steps, 99):.2f}" if steps else "-")
+        w(f"| {stage} | " + " | ".join(cells) + " |")
+    w("")
 
 
 def rows_versus(names, ours, theirs):

@@ -156,11 +156,13 @@ BENCH_AGENT = "samplectl-bench"
 
 def audit_verbs(lines, driver, start, end, by_resource=False):
     """Requests a client sent between start and end (UTC datetimes), by verb (and resource), from audit
-    log lines that hold one RequestReceived event per request."""
+    log lines: each request's RequestReceived event (its ResponseComplete, logged too, is not counted)."""
     prefix = USER_AGENTS.get(driver)
     verbs = collections.Counter()
     for line in lines:
         event = json.loads(line)
+        if event.get("stage", "RequestReceived") != "RequestReceived":
+            continue
         agent = event.get("userAgent", "")
         mine = agent.startswith(prefix) if prefix else not agent.startswith(BENCH_AGENT)
         received = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"])

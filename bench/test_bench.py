@@ -4,7 +4,9 @@ import unittest
 
 import datetime
 import json
+import tempfile
 
+from metacontroller import neutral_stages
 from scenarios import audit_verbs, request_delta
 from stats import pct, spread
 
@@ -50,8 +52,8 @@ class RequestDelta(unittest.TestCase):
 
 
 class AuditCounts(unittest.TestCase):
-    def line(self, agent, verb, at):
-        return json.dumps({"userAgent": agent, "verb": verb, "requestReceivedTimestamp": at,
+    def line(self, agent, verb, at, stage="RequestReceived"):
+        return json.dumps({"userAgent": agent, "verb": verb, "requestReceivedTimestamp": at, "stage": stage,
                            "objectRef": {"resource": "samples"}})
 
     def test_counts_one_clients_requests_inside_the_window(self):
@@ -63,6 +65,8 @@ class AuditCounts(unittest.TestCase):
                       "2026-11-22T03:00:30.000000Z"),
             self.line("kube-apiserver/v1.34.4 (linux/amd64) kubernetes/abc", "update", "2026-11-22T03:00:40Z"),
             self.line("samplectl-bench", "get", "2026-11-22T03:00:50.000000Z"),
+            # A request's answer is logged too, with the time it was received: not a second request.
+            self.line("samplectl/0.1.0 (linux/x86_64)", "list", "2026-11-22T03:00:20.5Z", "ResponseComplete"),
         ]
         start = datetime.datetime(2026, 11, 22, 3, 0, 0, tzinfo=datetime.timezone.utc)
         end = start + datetime.timedelta(seconds=60)
@@ -72,6 +76,37 @@ class AuditCounts(unittest.TestCase):
         self.assertEqual(audit_verbs(lines, "loop", start, end), {})
         # The baseline counts everyone but the bench.
         self.assertEqual(audit_verbs(lines, "none", start, end), {"WATCH": 2, "LIST": 1, "UPDATE": 1})
+
+
+class NeutralStages(unittest.TestCase):
+    def test_a_reaction_is_timed_by_the_hook_server_the_audit_log_and_the_bench(self):
+        def event(stage, verb, resource, name, received, answered, ns="bench-x"):
+            return json.dumps({"stage": stage, "verb": verb, "requestReceivedTimestamp": received,
+                               "stageTimestamp": answered,
+                               "objectRef": {"resource": resource, "namespace": ns, "name": name}},
+                              separators=(",", ":")) + "\n"
+        at = "2026-11-22T03:00:00.{}Z".format
+        created = datetime.datetime(2026, 11, 22, 3, tzinfo=datetime.timezone.utc).timestamp()
+        with tempfile.NamedTemporaryFile("w", suffix=".log") as f:
+            f.write(event("ResponseComplete", "create", "configmaps", "before", at("000000"), at("000100")))
+            offset = f.tell()
+            f.writelines([
+                event("RequestReceived", "create", "configmaps", "r-0", at("004000"), at("004000")),
+                event("ResponseComplete", "create", "samples", "r-0", at("000000"), at("000500")),
+                event("ResponseComplete", "create", "configmaps", "r-0", at("004000"), at("006000")),
+                # A later write of the same ConfigMap, and another namespace's of the same name: not its first.
+                event("ResponseComplete", "patch", "configmaps", "r-0", at("009000"), at("009500")),
+                event("ResponseComplete", "create", "configmaps", "r-0", at("001000"), at("001500"), "other"),
+            ])
+            f.flush()
+            stages = neutral_stages(f.name, offset, "bench-x", {"r-0": (created, 0.0075), "r-1": (created, 0.002)},
+                                    {("bench-x", "r-0"): [(created + 0.001, created + 0.0025), (created + 0.008, created + 0.009)]})
+        got = {name: {stage: round(t * 1000, 3) for stage, t in times.items()} for name, times in stages.items()}
+        self.assertEqual(got, {
+            "r-0": {"hook called": 1.0, "hook answered": 2.5, "create received": 4.0, "create answered": 6.0,
+                    "seen": 7.5},
+            "r-1": {"seen": 2.0},
+        })
 
 
 if __name__ == "__main__":
