@@ -10,20 +10,19 @@
 //! Taking a parent in: a member's watch of children sees only those labelled for it, and a member that
 //! died (or an earlier process of the same name) left its children labelled for itself. So the first
 //! reconcile of a parent in this process also lists the children labelled with the parent's uid,
-//! whatever member they name: the ones the sync still wants are relabelled as they are written, the
+//! whatever member they name (many parents to a list: `take_in.rs`): the ones the sync still wants are relabelled as they are written, the
 //! others deleted (each with its uid and resourceVersion as preconditions), so none is left behind. It
 //! looks again every [`SWEEP_EVERY`]: a child create the old member sent just before it stopped can
 //! still arrive after this (the one write no precondition can fence), labelled for the old member.
 
 use std::time::{Duration, Instant};
 
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::request::bounded;
 use super::{Context, Done, Outcome, ReconcileError, failure, key, uid};
 use crate::controller::rules::children::{ChildKey, Observed, controlled_by};
-use crate::controller::rules::shard::{Member, PARENT_LABEL, drain_label, read_before_release};
+use crate::controller::rules::shard::{Member, drain_label, read_before_release};
 
 /// How often a member looks again for the children of a parent it holds whatever their member label.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(600);
@@ -46,25 +45,23 @@ impl Context {
             return Ok((children, false));
         }
         let mut children = children;
-        let selector = format!("{},{PARENT_LABEL}={parent_uid}", self.definition.family.managed_selector());
-        let namespace = parent.metadata.namespace.clone().unwrap_or_default();
-        for (kind, child) in self.definition.family.children.iter().enumerate() {
-            let api = self.child_api(kind, &namespace);
-            let listed = bounded(api.list(&ListParams::default().labels(&selector)))
-                .await
-                .map_err(|failed| failure(&key(parent), &format!("looking for its {}", child.ar.plural), failed))?;
-            for found in listed.items {
-                if !controlled_by(&found.metadata, &parent_uid) {
-                    continue;
-                }
-                let place = ChildKey {
-                    kind,
-                    namespace: found.metadata.namespace.clone().unwrap_or_default(),
-                    name: found.metadata.name.clone().unwrap_or_default(),
-                };
-                // The driver's copy is this member's own and as recent; a listed one is another's.
-                children.entry(place).or_insert(found);
+        let namespace = parent.metadata.namespace.as_deref().unwrap_or_default();
+        let found = self
+            .lookups
+            .children_of(namespace, &parent_uid)
+            .await
+            .map_err(|(action, message)| ReconcileError { object: key(parent), action, message })?;
+        for (kind, found) in found {
+            if !controlled_by(&found.metadata, &parent_uid) {
+                continue;
             }
+            let place = ChildKey {
+                kind,
+                namespace: found.metadata.namespace.clone().unwrap_or_default(),
+                name: found.metadata.name.clone().unwrap_or_default(),
+            };
+            // The driver's copy is this member's own and as recent; a listed one is another's.
+            children.entry(place).or_insert(found);
         }
         Ok((children, true))
     }

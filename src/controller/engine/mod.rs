@@ -20,6 +20,7 @@ pub mod related;
 pub mod request;
 mod revisions;
 mod status;
+mod take_in;
 pub mod written;
 
 use std::borrow::Cow;
@@ -137,6 +138,7 @@ pub struct Context {
     serving: Serving,
     memory: Memory,
     events: EventQueue,
+    lookups: Arc<take_in::Lookups>,
     /// This controller's driver has seen all its parents once (for /readyz).
     listed: AtomicBool,
 }
@@ -183,7 +185,9 @@ impl Context {
             Reporter { controller: "samplectl".into(), instance: hostname().unwrap_or_else(|| "samplectl".into()) };
         let memory = Memory::new(Related::new(definition.sync.version()));
         let events = EventQueue::new(client.clone(), reporter);
-        Context { definition, client, writer, serving: serving.clone(), memory, events, listed: AtomicBool::new(false) }
+        let lookups = take_in::Lookups::new(client.clone(), definition.clone());
+        let listed = AtomicBool::new(false);
+        Context { definition, client, writer, serving: serving.clone(), memory, events, lookups, listed }
     }
 
     /// A context of the same controller serving, under the gone incarnation `label`, the parents the
