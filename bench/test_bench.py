@@ -8,6 +8,7 @@ import tempfile
 
 from metacontroller import neutral_stages
 from scenarios import audit_verbs, request_delta
+from sharding import Labels, on
 from stats import pct, spread
 
 
@@ -107,6 +108,33 @@ class NeutralStages(unittest.TestCase):
                     "seen": 7.5},
             "r-1": {"seen": 2.0},
         })
+
+
+
+class LabelsTally(unittest.TestCase):
+    def event(self, labels, name, kind="MODIFIED", member=None, drain=None):
+        meta = {"name": name, "labels": {}}
+        if member:
+            meta["labels"]["shard.samplectl.io/bench"] = member
+        if drain:
+            meta["labels"]["drain.shard.samplectl.io/bench"] = drain
+        labels(kind, {"metadata": meta, "data": {"testString": "x"}}, 0.0)
+
+    def test_a_wait_sees_each_pair_the_objects_hold_until_the_last_one_moves(self):
+        labels = Labels()
+        for i in range(3):
+            self.event(labels, f"s-{i}", "ADDED", member="a_1")
+        self.event(labels, "s-3", "ADDED", member="b_1", drain="c_1")
+        self.assertEqual(sorted(labels.pairs.items()), [(("a_1", None), 3), (("b_1", "c_1"), 1)])
+        self.assertRaises(TimeoutError, labels.wait, on({"b_1"}), 0)
+        for i in range(2):
+            self.event(labels, f"s-{i}", member="b_1")
+        self.assertRaises(TimeoutError, labels.wait, on({"b_1"}), 0)
+        self.event(labels, "s-2", member="b_1")
+        self.event(labels, "s-3", "DELETED", member="b_1", drain="c_1")
+        labels.wait(on({"b_1"}), 0)
+        self.assertEqual(labels.pairs, {("b_1", None): 3})
+        self.assertEqual(labels.count("b_1"), 3)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ fn logs(members: &[&Background]) -> String {
 }
 
 /// Waits until `process`'s log names its incarnation (it holds its member's Lease).
-fn joined(process: &Background, name: &str) -> String {
+pub fn joined(process: &Background, name: &str) -> String {
     eventually(Duration::from_secs(30), &format!("{name} holds its Lease"), || {
         let log = process.stderr();
         match log.contains(&format!("member {name} of the shard ring")) {
@@ -257,12 +257,12 @@ fn a_write_held_past_the_lease_and_let_through_is_refused() {
     }
 }
 
-fn greeting(name: &str, message: &str) -> Value {
+pub fn greeting(name: &str, message: &str) -> Value {
     json!({"apiVersion": "hooks.example.com/v1", "kind": "Greeting", "metadata": {"name": name}, "spec": {"message": message}})
 }
 
 /// Each Greeting's member and its ConfigMaps' names.
-fn greetings(ns: &str) -> BTreeMap<String, (String, Vec<String>)> {
+pub fn greetings(ns: &str) -> BTreeMap<String, (String, Vec<String>)> {
     let list = kubectl_json(&["get", "greetings", "-n", ns]);
     let cms = kubectl_json(&["get", "configmaps", "-n", ns, "-l", "app.kubernetes.io/managed-by=samplectl"]);
     let mut by_owner: HashMap<String, Vec<String>> = HashMap::new();

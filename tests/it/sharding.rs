@@ -296,6 +296,119 @@ fn a_killed_members_samples_are_served_by_its_record_before_they_are_relabelled(
     eprintln!("{} of {} Samples served by {gone}'s record before relabelling", served_by_record.len(), theirs.len());
 }
 
+/// A gone member's parents that were changed before any survivor watched them (right after the kill,
+/// inside the renew deadline) are served first when the record is read, not wherever they fall in the
+/// sweep of everything it held: each survivor, one reconcile at a time, calls the hook under the gone
+/// label for every changed Greeting it is given before any unchanged one. (After the relabelling, the
+/// Greetings are taken in in the order they were relabelled; those calls carry the survivor's label.)
+#[test]
+fn a_killed_members_changed_parents_are_served_before_the_rest_of_its_share() {
+    let _cluster = crate::support::shared();
+    crate::hooks::example_crds();
+    let ns = Namespace::new("shard-first");
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls");
+    let hook = format!("python3 tests/fixtures/named-child-hook.py {}", calls.display());
+    let start = |name: &str| {
+        let mut args = vec!["reconcile", "-n", &ns.0, "--watch", "--gvr", "hooks.example.com/v1/greetings"];
+        args.extend(["--child", "v1/configmaps", "--hook", &hook, "--concurrency", "1"]);
+        args.extend(["--shard-ring", "greetings", "--shard-member", name, "--leader-election-namespace", &ns.0]);
+        // A lease duration long enough for the survivors to serve by record for a while before the
+        // Greetings are relabelled; the renew deadline short, so that they list the gone label's soon.
+        args.extend(["--lease-duration", "10s", "--renew-deadline", "2s", "--retry-period", "500ms"]);
+        Background::start(&args)
+    };
+    let mut members: BTreeMap<&str, Background> = ["m1", "m2", "m3"].into_iter().map(|m| (m, start(m))).collect();
+    let ids: BTreeMap<&str, String> = members.iter().map(|(m, p)| (*m, crate::fencing::joined(p, m))).collect();
+    let n = 90;
+    let items: Vec<Value> = (0..n).map(|i| crate::fencing::greeting(&format!("g{i:03}"), "one")).collect();
+    create(&ns.0, &json!({"apiVersion": "v1", "kind": "List", "items": items}));
+    // Settled before the kill: nothing moving between members, every status written for the latest
+    // generation. A parent still in flight is rightly looked at first too (it changed while nobody
+    // served it), which is not what this test is about.
+    eventually(Duration::from_secs(120), "each Greeting's child made, over three members, all settled", || {
+        let all = crate::fencing::greetings(&ns.0);
+        let held: std::collections::BTreeSet<&String> = all.values().map(|(m, _)| m).collect();
+        let made = all.iter().all(|(name, (_, children))| children == &[format!("{name}-one")]);
+        let unsettled: Vec<Value> = kubectl_json(&["get", "greetings", "-n", &ns.0])["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| {
+                let draining = g["metadata"]["labels"].get("drain.shard.samplectl.io/greetings").is_some();
+                draining || g["status"]["observedGeneration"] != g["metadata"]["generation"]
+            })
+            .map(|g| g["metadata"]["name"].clone())
+            .collect();
+        let spread = held.len() == 3 && ids.values().all(|id| held.contains(id));
+        match all.len() == n && made && spread && unsettled.is_empty() {
+            true => Ok(()),
+            false => Err(format!("unsettled {unsettled:?}: {all:?}")),
+        }
+    });
+
+    let coordinator = kubectl_json(&["get", "lease", "greetings", "-n", &ns.0]);
+    let coordinator = coordinator["spec"]["holderIdentity"].as_str().unwrap().to_owned();
+    let victim = *ids.keys().find(|m| ids[*m] != coordinator).unwrap();
+    let gone = ids[victim].clone();
+    let theirs: Vec<String> =
+        crate::fencing::greetings(&ns.0).into_iter().filter(|(_, (m, _))| *m == ids[victim]).map(|(g, _)| g).collect();
+    let before = std::fs::metadata(&calls).map(|m| m.len()).unwrap_or(0);
+    members.remove(victim).unwrap().stop("KILL", Duration::from_secs(5));
+    // Changed at once, so that the survivors' watches of the gone label (started at its renew deadline)
+    // find them changed in their first list rather than seeing the change come.
+    let changed: Vec<&String> = theirs.iter().step_by(5).collect();
+    let items: Vec<Value> = changed.iter().map(|g| crate::fencing::greeting(g, "two")).collect();
+    crate::support::apply(&ns.0, &json!({"apiVersion": "v1", "kind": "List", "items": items}));
+    eventually(Duration::from_secs(60), "the changed Greetings served again", || {
+        let all = crate::fencing::greetings(&ns.0);
+        match changed.iter().all(|g| all[*g].1 == [format!("{g}-two")]) {
+            true => Ok(()),
+            false => Err(format!("{all:?}")),
+        }
+    });
+    // Each survivor's calls under the gone label, each Greeting in the order of its first call.
+    let survivors: BTreeMap<u32, &str> = members.iter().map(|(m, p)| (p.child.id(), *m)).collect();
+    let served = || {
+        let text = std::fs::read(&calls).unwrap();
+        let mut first: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for line in String::from_utf8_lossy(&text[before as usize..]).lines() {
+            let words: Vec<&str> = line.split(' ').collect();
+            let [pid, name, _, label] = words[..] else { continue };
+            let (Some(member), true) = (pid.parse().ok().and_then(|p: u32| survivors.get(&p)), label == gone) else {
+                continue;
+            };
+            let order = first.entry(member).or_default();
+            if !order.iter().any(|seen| seen == name) {
+                order.push(name.to_owned());
+            }
+        }
+        first
+    };
+    eventually(Duration::from_secs(60), "every Greeting of the killed member's relabelled", || {
+        let all = crate::fencing::greetings(&ns.0);
+        match all.values().filter(|(m, _)| *m == gone).count() {
+            0 => Ok(()),
+            left => Err(format!("{left} left on {gone}")),
+        }
+    });
+    let logs: Vec<String> = members.values().map(Background::stderr).collect();
+    let first = served();
+    for (member, order) in &first {
+        let mine = order.iter().filter(|g| changed.contains(g)).count();
+        let ahead = order.iter().take_while(|g| changed.contains(g)).count();
+        assert_eq!(
+            ahead,
+            mine,
+            "{member} served an unchanged Greeting before a changed one: {order:?} (changed: {changed:?})\n{}",
+            logs.join("\n---\n")
+        );
+    }
+    let by_record: usize = first.values().map(|order| order.iter().filter(|g| changed.contains(g)).count()).sum();
+    assert!(by_record > 0, "no changed Greeting served by the record: {first:?}\n{}", logs.join("\n---\n"));
+    eprintln!("served by record, in order: {first:?} (changed: {changed:?})");
+}
+
 #[test]
 fn bad_shard_settings_are_refused_with_their_reason() {
     let cases: [(&[&str], &str); 5] = [

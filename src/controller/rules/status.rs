@@ -28,6 +28,15 @@ impl Readiness {
     }
 }
 
+/// Whether a parent shows a change no reconcile has answered: it is being deleted, or its status's
+/// `observedGeneration` is behind its generation. A status without `observedGeneration` says nothing
+/// (a DecoratorController's, a hook's that writes none), so such a parent is not said to wait.
+pub fn unanswered(parent: &kube::api::DynamicObject) -> bool {
+    let observed = parent.data["status"]["observedGeneration"].as_i64();
+    parent.metadata.deletion_timestamp.is_some()
+        || matches!((observed, parent.metadata.generation), (Some(observed), Some(generation)) if observed < generation)
+}
+
 /// The `Ready` condition a status holds, if any.
 pub fn ready_condition(status: &Value) -> Option<&Value> {
     status["conditions"].as_array()?.iter().find(|c| c["type"] == READY)
@@ -226,6 +235,28 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parent_waits_when_deleted_or_its_generation_is_not_observed_yet() {
+        let parent = |generation: i64, status: Value| {
+            let mut object = kube::api::DynamicObject {
+                types: None,
+                metadata: Default::default(),
+                data: json!({ "status": status }),
+            };
+            object.metadata.generation = Some(generation);
+            object
+        };
+        assert!(unanswered(&parent(3, json!({"observedGeneration": 2}))), "spec changed since");
+        assert!(!unanswered(&parent(3, json!({"observedGeneration": 3}))));
+        assert!(!unanswered(&parent(3, json!({}))), "no observedGeneration: nothing known");
+        assert!(!unanswered(&parent(3, Value::Null)));
+        assert!(!unanswered(&parent(3, json!({"observedGeneration": "2"}))), "not a number: nothing known");
+        let mut deleting = parent(3, json!({"observedGeneration": 3}));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+        assert!(unanswered(&deleting));
+    }
 
     #[test]
     fn ready_moves_its_transition_time_only_on_a_flip() {

@@ -18,7 +18,7 @@ mod once;
 mod queue;
 mod triggers;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +41,7 @@ use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::Context;
 use crate::controller::rules::adoption::Published;
 use crate::controller::rules::children::{Family, MANAGED_BY_LABEL, Observed};
+use crate::controller::rules::status;
 use hub::Hub;
 use once::Once;
 use queue::{Lane, Queue};
@@ -181,7 +182,7 @@ impl Watch {
         (cache, events): (Cache<DynamicObject>, impl Stream<Item = WatchEvent> + Send + 'static),
         once: Option<Arc<Once>>,
         mut listed: watch::Receiver<Vec<bool>>,
-        changed: Option<Changed>,
+        unserved: Option<Arc<Unserved>>,
     ) -> Triggers {
         let (ctx, started) = (self.ctx.clone(), Instant::now());
         // With ignoreStatusChanges, what each parent last was, to tell a status write from a change.
@@ -195,8 +196,8 @@ impl Watch {
         let parents = triggers(events, move |seen| match seen {
             Seen::Applied(parent) => {
                 let at = place(&parent.metadata);
-                if let Some(changed) = &changed {
-                    changed.lock().unwrap_or_else(|e| e.into_inner()).insert(at.clone());
+                if let Some(unserved) = &unserved {
+                    unserved.add(at.clone());
                 }
                 let unchanged = ignore_status && {
                     let now = print(&parent);
@@ -210,6 +211,11 @@ impl Watch {
             Seen::Listing(parent) => {
                 if ignore_status {
                     prints.insert(place(&parent.metadata), print(&parent));
+                }
+                // Changed before this watch began: while its member was dying, or before this one
+                // started serving for it.
+                if let Some(unserved) = unserved.as_ref().filter(|_| status::unanswered(&parent)) {
+                    unserved.add(place(&parent.metadata));
                 }
                 Vec::new()
             }
@@ -226,6 +232,16 @@ impl Watch {
                     tracing::info!(
                         controller = ctx.definition.name,
                         "listed {count} {plural} and their children in {took:.1}s; looking at each"
+                    );
+                }
+                if let Some(unserved) = &unserved
+                    && !unserved.listed.send_replace(true)
+                {
+                    let (plural, took) = (&ctx.definition.family.parent.ar.plural, started.elapsed().as_secs_f64());
+                    let (count, label) = (all.len(), ctx.parent_labels());
+                    tracing::info!(
+                        controller = ctx.definition.name,
+                        "listed {count} {plural} ({label}) and their children in {took:.1}s"
                     );
                 }
                 // /readyz: this replica has seen every parent.
@@ -264,12 +280,12 @@ impl Watch {
             triggers.push(self.other_objects(kind, &parents));
         }
         triggers.push(self.related());
-        let changed = self.ctx.adopting().filter(|a| a.adopter).map(|_| Changed::default());
-        if let (Some(adopting), Some(changed)) = (self.ctx.adopting(), &changed) {
-            triggers.push(records_changed(adopting.records.clone(), parents.clone(), changed.clone()));
+        let unserved = self.ctx.adopting().filter(|a| a.adopter).map(|_| Arc::new(Unserved::default()));
+        if let (Some(adopting), Some(unserved)) = (self.ctx.adopting(), &unserved) {
+            triggers.push(records_changed(adopting.records.clone(), parents.clone(), unserved.clone()));
         }
         let all_listed = listed_rx.clone();
-        triggers.push(self.parents(parents_feed, tracker.clone(), listed_rx, changed.clone()));
+        triggers.push(self.parents(parents_feed, tracker.clone(), listed_rx, unserved.clone()));
         // Nothing is reconciled before every child cache holds its first full list: the shared parent
         // cache fills on its own, so a conflict watch's or one child type's first list could otherwise
         // trigger parents whose children are not cached yet (and they would be created again). What is
@@ -284,20 +300,67 @@ impl Watch {
     }
 }
 
-/// The parents an adopter's watch saw change since the records last changed.
-type Changed = Arc<Mutex<std::collections::HashSet<Place>>>;
+/// What an adopter knows of the parents nobody served: the ones its watch saw change since the records
+/// last changed, and those its list showed with a change no reconcile answered (`status::unanswered`:
+/// changed while their member was dying, before this watch began); and whether that list is done.
+#[derive(Default)]
+struct Unserved {
+    changed: Mutex<HashSet<Place>>,
+    listed: watch::Sender<bool>,
+}
 
-/// An adopter's triggers from the adoption records: a change may give it parents it held back. The
-/// ones that changed while nobody served them come first; every other is looked at once after, as in
-/// a sweep (most are as their gone member left them, but it may have died halfway through one).
-fn records_changed(records: watch::Receiver<Published>, parents: Cache<DynamicObject>, changed: Changed) -> Triggers {
-    stream::unfold(records, move |mut records| {
-        let (parents, changed) = (parents.clone(), changed.clone());
+impl Unserved {
+    fn add(&self, place: Place) {
+        self.changed.lock().unwrap_or_else(|e| e.into_inner()).insert(place);
+    }
+
+    fn take(&self, keep: bool) -> Vec<Place> {
+        let mut changed = self.changed.lock().unwrap_or_else(|e| e.into_inner());
+        match keep {
+            true => changed.iter().cloned().collect(),
+            false => changed.drain().collect(),
+        }
+    }
+}
+
+/// An adopter's triggers from the adoption records: a new record may give it parents it held back. The
+/// unserved ones come first, so that a change made to a gone member's parent is answered about when
+/// the record is read, not after a sweep of all it held; every other is looked at once after, as in a
+/// sweep (most are as their gone member left them, but it may have died halfway through one).
+///
+/// Only the records count, from when this watch began: the same channel also says which members are
+/// silent, which changes what this member gets ready for, not what it serves (and a change of it
+/// would send the unserved, spent, before the record they wait for). Nothing is sent before the
+/// parents are listed: the run drops triggers until the children are, and the unserved are known only
+/// once the list is through. So a record read first is acted on then; and once at the start (a record
+/// may be older than this watch, whose list then sweeps every parent) the unserved are sent ahead,
+/// kept for the next record.
+fn records_changed(
+    mut records: watch::Receiver<Published>,
+    parents: Cache<DynamicObject>,
+    unserved: Arc<Unserved>,
+) -> Triggers {
+    let listed = unserved.listed.subscribe();
+    let seen = records.borrow_and_update().adoptions.clone();
+    stream::unfold((records, listed, seen, true), move |(mut records, mut listed, mut seen, start)| {
+        let (parents, unserved) = (parents.clone(), unserved.clone());
         async move {
-            records.changed().await.ok()?;
-            let first: Vec<Place> = changed.lock().unwrap_or_else(|e| e.into_inner()).drain().collect();
-            let batches = [(first, Lane::Change), (parents.places(), Lane::Sweep)];
-            Some((stream::iter(batches), records))
+            if !start {
+                loop {
+                    records.changed().await.ok()?;
+                    let now = records.borrow_and_update().adoptions.clone();
+                    if *now != *seen {
+                        seen = now;
+                        break;
+                    }
+                }
+            }
+            listed.wait_for(|listed| *listed).await.ok()?;
+            let mut batches = vec![(unserved.take(start), Lane::Change)];
+            if !start {
+                batches.push((parents.places(), Lane::Sweep));
+            }
+            Some((stream::iter(batches), (records, listed, seen, false)))
         }
     })
     .flatten()
@@ -473,4 +536,58 @@ fn related_watch(ctx: &Arc<Context>, hub: &Arc<Hub>, resolved: &Resolved) -> Tri
         parents.dedup();
         parents
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ApiResource;
+
+    use super::*;
+
+    fn batch(next: Option<(Vec<Place>, Lane)>) -> (Vec<String>, Lane) {
+        let (places, lane) = next.expect("a batch");
+        let mut names: Vec<String> = places.iter().map(|p| p.name.to_string()).collect();
+        names.sort();
+        (names, lane)
+    }
+
+    #[tokio::test]
+    async fn an_adopter_looks_at_the_unserved_first_once_listed_and_at_each_change_of_the_records() {
+        let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let parents = Cache::default();
+        for name in ["a", "b", "c"] {
+            parents.apply(&DynamicObject::new(name, &ar).within("ns"));
+        }
+        let unserved = Arc::new(Unserved::default());
+        unserved.add(Place::new("ns", "b"));
+        let (records, read) = watch::channel(Published::default());
+        let mut triggers = records_changed(read, parents, unserved.clone());
+        let quiet = Duration::from_millis(50);
+        assert!(tokio::time::timeout(quiet, triggers.next()).await.is_err(), "nothing before the list is through");
+
+        unserved.listed.send_replace(true);
+        assert_eq!(batch(triggers.next().await), (vec!["b".to_owned()], Lane::Change));
+        assert!(tokio::time::timeout(quiet, triggers.next()).await.is_err(), "no sweep at the start");
+
+        // A member goes silent, or the records are read again: nothing to serve yet, the unserved kept.
+        records.send_modify(|published| {
+            published.silent.insert("x_1".into());
+        });
+        assert!(tokio::time::timeout(quiet, triggers.next()).await.is_err(), "the records did not change");
+
+        // A record comes: the unserved first (kept from the start until now), then every parent.
+        let record = |gone: &'static str| {
+            move |published: &mut Published| {
+                let mut adoptions = (*published.adoptions).clone();
+                adoptions.add(gone, std::collections::BTreeMap::from([("m".to_owned(), "m_1".to_owned())]));
+                published.adoptions = Arc::new(adoptions);
+            }
+        };
+        records.send_modify(record("x_1"));
+        assert_eq!(batch(triggers.next().await), (vec!["b".to_owned()], Lane::Change));
+        assert_eq!(batch(triggers.next().await), (vec!["a".into(), "b".into(), "c".into()], Lane::Sweep));
+        records.send_modify(record("y_1"));
+        assert_eq!(batch(triggers.next().await), (Vec::new(), Lane::Change), "the unserved were taken");
+        assert_eq!(batch(triggers.next().await).1, Lane::Sweep);
+    }
 }
