@@ -191,7 +191,7 @@ fn a_member_taking_many_samples_in_looks_for_their_children_in_few_lists() {
     let port = free_port();
     let metrics = format!("127.0.0.1:{port}");
     let mut args = vec!["reconcile", "-n", &ns.0, "--shard-ring", "samples", "--shard-member", "m0", "--watch"];
-    args.extend(["--leader-election-namespace", &ns.0, "--metrics-addr", &metrics, "--concurrency", "32"]);
+    args.extend(["--leader-election-namespace", &ns.0, "--metrics-addr", &metrics, "--concurrency", "2"]);
     args.extend(TIMINGS);
     let member = Background::start(&args);
     eventually(Duration::from_secs(120), "every Sample served", || converged(&ns.0, |_| "v".into(), n));
@@ -201,9 +201,10 @@ fn a_member_taking_many_samples_in_looks_for_their_children_in_few_lists() {
         .find_map(|l| l.strip_prefix(r#"samplectl_api_requests_total{verb="list",resource="configmaps"} "#))
         .and_then(|v| v.trim().parse::<usize>().ok())
         .unwrap_or_else(|| panic!("no ConfigMap lists counted in {text}"));
-    // Thirty-two reconciles at a time ask while a list is out: about 30 lists here, against one per
-    // Sample before.
-    assert!(lists <= n / 3, "{lists} ConfigMap lists for {n} Samples taken in");
+    // The parents waiting for their look do not hold the two reconcile slots, so a list asks for every
+    // parent that came to wait while the last one was out: 15 to 23 lists here, against one per Sample
+    // when each look held a slot.
+    assert!(lists <= n / 6, "{lists} ConfigMap lists for {n} Samples taken in");
     drop(member);
 }
 

@@ -241,7 +241,7 @@ async fn reconcile(
     // Deleted since the list: nothing to do.
     let gone = Done { outcome: Outcome::Ignored, resync_after: None, wrote: false };
     let Some(whole_parent) = read(ctx, parents, at, version).await.map_err(reading)? else { return Ok(gone) };
-    ctx.reconcile(&whole_parent, observed(&children.owners, &children.caches, at)).await
+    ctx.reconcile(&whole_parent, observed(&children.owners, &children.caches, at), None).await
 }
 
 impl Poll {

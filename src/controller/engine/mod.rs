@@ -50,10 +50,12 @@ use crate::cluster::scope;
 use adopting::{Adopting, Serves};
 use events::{EventQueue, Kind, Note, Reporter};
 use fence::Fence;
+pub use handover::Looked;
 use memory::Memory;
 use related::Related;
 use request::{Failed, bounded};
 pub use revisions::Rolling;
+pub use take_in::BATCH as LOOK_BATCH;
 
 /// How long one parent's writes (a few requests) may take before the reconcile counts as failed; a
 /// hook's own time comes on top.
@@ -288,8 +290,17 @@ impl Context {
     /// Makes the world match one parent, writing only what differs, within [`RECONCILE_TIMEOUT`] (plus the
     /// hook's own timeout). `children` are the parent's children as a driver holds them (from a list or a
     /// watch cache, so perhaps behind the API server); when they say nothing needs writing, no request is
-    /// made.
-    pub async fn reconcile(&self, parent: &DynamicObject, children: Observed) -> Result<Done, ReconcileError> {
+    /// made. `looked`: the look a driver had made ahead for `parent` (`look`), with its claim.
+    pub async fn reconcile(
+        &self,
+        parent: &DynamicObject,
+        children: Observed,
+        looked: Option<Looked>,
+    ) -> Result<Done, ReconcileError> {
+        let (claimed, found, looked_since) = match looked.and_then(|looked| looked.of(parent)) {
+            Some((claim, found, since)) => (claim, Some(found), Some(since)),
+            None => (None, None, None),
+        };
         if let Some(member) = &self.writer.member {
             // Whatever a driver's cache says, a parent not labelled for this member is not its to write.
             // Whatever a driver's copy says, a parent this process handed over since that copy was read
@@ -300,6 +311,8 @@ impl Context {
         }
         // One reconcile of a parent at a time in a member, whichever of its contexts holds it.
         let _claim = match &self.writer.adopting {
+            // Held since before the look made ahead.
+            Some(_) if claimed.is_some() => claimed,
             Some(adopting) => {
                 let version = parent.metadata.resource_version.as_deref();
                 if adopting.adopter {
@@ -331,7 +344,7 @@ impl Context {
         let deadline = RECONCILE_TIMEOUT + self.definition.sync.timeout();
         let looked = AtomicBool::new(false);
         let reconcile = async {
-            let (children, all) = self.take_in(parent, children).await?;
+            let (children, all) = self.take_in(parent, children, found).await?;
             looked.store(all, Ordering::Relaxed);
             self.reconcile_once(parent, children).await
         };
@@ -345,7 +358,7 @@ impl Context {
         };
         self.serving.metrics.in_flight.dec();
         if result.is_ok() && looked.load(Ordering::Relaxed) {
-            self.taken_in(parent, started);
+            self.taken_in(parent, looked_since.unwrap_or(started));
         }
         let label = match &result {
             Ok(Done { outcome: Outcome::Ready, .. }) => "ready",

@@ -28,7 +28,7 @@ use futures::{Stream, StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
 use kube::runtime::watcher;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -367,6 +367,10 @@ fn records_changed(
     .boxed()
 }
 
+/// How many parents past `--concurrency` may wait for the look for their children (`Context::look`):
+/// two lists' worth, so that one list is being answered while the parents of the last are reconciled.
+const LOOK_AHEAD: usize = 2 * crate::controller::engine::LOOK_BATCH;
+
 /// When a parent whose reconcile panicked is tried again.
 const PANIC_RETRY: Duration = Duration::from_secs(30);
 
@@ -395,6 +399,7 @@ impl Work {
     async fn run(&self, mut triggers: Triggers, once: Option<Arc<Once>>, mut stop: watch::Receiver<bool>) {
         let mut queue = Queue::default();
         let mut running = JoinSet::new();
+        let slots = Arc::new(Semaphore::new(self.concurrency));
         // Which parent each running reconcile is for, should one panic.
         let mut running_for: HashMap<tokio::task::Id, Place> = HashMap::new();
         let mut done = once.as_ref().map(|t| t.done());
@@ -411,10 +416,15 @@ impl Work {
         let (started, mut swept) = (Instant::now(), false);
         loop {
             let next_due = queue.wake(Instant::now());
-            while running.len() < self.concurrency
-                && let Some(place) = queue.next()
+            // Past `concurrency`, only a parent that first looks for its children is started: it waits
+            // for its look without a slot, in the queue's order.
+            while let Some(place) = queue.peek()
+                && (running.len() < self.concurrency
+                    || running.len() < self.concurrency + LOOK_AHEAD && self.looks_first(place))
             {
-                let task = running.spawn(reconcile(self.shared.clone(), place.clone()));
+                let place = place.clone();
+                queue.next();
+                let task = running.spawn(reconcile(self.shared.clone(), place.clone(), slots.clone()));
                 running_for.insert(task.id(), place);
             }
             if !swept && running.is_empty() && self.shared.ctx.has_listed() {
@@ -478,15 +488,35 @@ impl Work {
     }
 }
 
-/// Reconciles the parent at `place` from the caches, and says when to look at it again.
-async fn reconcile(shared: Arc<Shared>, place: Place) -> Ended {
+impl Work {
+    fn looks_first(&self, place: &Place) -> bool {
+        self.shared.parents.get(place).is_some_and(|parent| self.shared.ctx.looks_first(&parent))
+    }
+}
+
+/// Reconciles the parent at `place` from the caches once it has one of the `slots`, and says when to
+/// look at it again. A parent that first looks for its children (`Context::look`) waits for that
+/// without a slot, and is then reconciled from the caches as they are.
+async fn reconcile(shared: Arc<Shared>, place: Place, slots: Arc<Semaphore>) -> Ended {
     let ended = |again, not_ready, wrote| Ended { place: place.clone(), again, not_ready, wrote };
     // Deleted after it was triggered: nothing left to do.
-    let Some(parent) = shared.parents.get(&place) else { return ended(None, None, false) };
+    let Some(mut parent) = shared.parents.get(&place) else { return ended(None, None, false) };
     crate::controller::stages::reached("started", &parent.metadata);
-    let children = shared.children_of(&place);
     let ctx = &shared.ctx;
-    let result = ctx.reconcile(&parent, children).await;
+    let looked = match ctx.look(&parent).await {
+        Ok(looked) => looked,
+        Err(failed) => {
+            let concluded = conclude(ctx, parent.metadata.uid.as_deref().unwrap_or_default(), &Err(failed));
+            return ended(concluded.again, concluded.not_ready, false);
+        }
+    };
+    let Ok(_slot) = slots.acquire().await else { return ended(None, None, false) };
+    if looked.is_some() {
+        let Some(now) = shared.parents.get(&place) else { return ended(None, None, false) };
+        parent = now;
+    }
+    let children = shared.children_of(&place);
+    let result = ctx.reconcile(&parent, children, looked).await;
     let concluded = conclude(ctx, parent.metadata.uid.as_deref().unwrap_or_default(), &result);
     ended(concluded.again, concluded.not_ready, result.as_ref().is_ok_and(|done| done.wrote))
 }

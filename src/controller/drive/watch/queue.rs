@@ -95,6 +95,24 @@ impl Queue {
         None
     }
 
+    /// The parent `next` would hand out, left waiting.
+    pub fn peek(&mut self) -> Option<&Place> {
+        // Stale entries (moved up to the change lane, or handed out from it) are dropped on the way.
+        while let Some(place) = self.change.front() {
+            if self.waiting.get(place) == Some(&Lane::Change) {
+                return self.change.front();
+            }
+            self.change.pop_front();
+        }
+        while let Some(place) = self.sweep.front() {
+            if self.waiting.get(place) == Some(&Lane::Sweep) {
+                return self.sweep.front();
+            }
+            self.sweep.pop_front();
+        }
+        None
+    }
+
     /// The next parent to reconcile, now counted as running.
     pub fn next(&mut self) -> Option<Place> {
         let place = loop {
@@ -160,6 +178,26 @@ mod tests {
         queue.add(p("a"), Lane::Sweep);
         assert_eq!(queue.waiting(), 4);
         assert_eq!(drain(&mut queue), ["new", "c", "a", "b"]);
+    }
+
+    #[test]
+    fn a_peek_shows_what_comes_next_and_leaves_it_waiting() {
+        let mut queue = Queue::default();
+        assert_eq!(queue.peek(), None);
+        for name in ["a", "b"] {
+            queue.add(p(name), Lane::Sweep);
+        }
+        queue.add(p("b"), Lane::Change);
+        assert_eq!(queue.peek(), Some(&p("b")));
+        assert_eq!(queue.peek(), Some(&p("b")), "still waiting");
+        let b = queue.next().unwrap();
+        assert_eq!(b, p("b"));
+        // b's stale place in the sweep lane is passed over.
+        assert_eq!(queue.peek(), Some(&p("a")));
+        assert_eq!(queue.next(), Some(p("a")));
+        assert_eq!(queue.peek(), None, "b runs, and was not triggered again");
+        queue.done(&b);
+        assert_eq!(queue.waiting(), 0);
     }
 
     #[test]
