@@ -226,22 +226,21 @@ impl Watch {
             }
             Seen::Listed => {
                 let all = cache.places();
-                if !ctx.has_listed() {
+                // Said for the first list; an adopter's names the gone label, and waits for its record.
+                let first = match &unserved {
+                    Some(unserved) => !unserved.listed.send_replace(true),
+                    None => !ctx.has_listed(),
+                };
+                if first {
                     let (plural, took) = (&ctx.definition.family.parent.ar.plural, started.elapsed().as_secs_f64());
-                    let count = all.len();
+                    let (whose, then) = match &unserved {
+                        Some(_) => (format!(" ({})", ctx.parent_labels()), ""),
+                        None => (String::new(), "; looking at each"),
+                    };
                     tracing::info!(
                         controller = ctx.definition.name,
-                        "listed {count} {plural} and their children in {took:.1}s; looking at each"
-                    );
-                }
-                if let Some(unserved) = &unserved
-                    && !unserved.listed.send_replace(true)
-                {
-                    let (plural, took) = (&ctx.definition.family.parent.ar.plural, started.elapsed().as_secs_f64());
-                    let (count, label) = (all.len(), ctx.parent_labels());
-                    tracing::info!(
-                        controller = ctx.definition.name,
-                        "listed {count} {plural} ({label}) and their children in {took:.1}s"
+                        "listed {} {plural}{whose} and their children in {took:.1}s{then}",
+                        all.len()
                     );
                 }
                 // /readyz: this replica has seen every parent.
