@@ -30,7 +30,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::watcher;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -43,7 +43,7 @@ use crate::controller::drive::place::{Place, place};
 use crate::controller::drive::watch::hub::Hub;
 use crate::controller::drive::{Concluded, PASSES, conclude};
 use crate::controller::engine::request::{Failed, bounded};
-use crate::controller::engine::{Context, ReconcileError};
+use crate::controller::engine::{Context, LOOK_AHEAD, ReconcileError};
 use crate::controller::rules::next::{Done, Outcome};
 
 pub struct Poll {
@@ -232,6 +232,7 @@ async fn reconcile(
     parents: &Cache<DynamicObject>,
     children: &Children,
     (at, version): (&Place, Option<&str>),
+    slots: &Semaphore,
 ) -> Result<Done, ReconcileError> {
     let reading = |failed: Failed| ReconcileError {
         object: at.to_string(),
@@ -241,7 +242,10 @@ async fn reconcile(
     // Deleted since the list: nothing to do.
     let gone = Done { outcome: Outcome::Ignored, resync_after: None, wrote: false };
     let Some(whole_parent) = read(ctx, parents, at, version).await.map_err(reading)? else { return Ok(gone) };
-    ctx.reconcile(&whole_parent, observed(&children.owners, &children.caches, at), None).await
+    // A parent taken in waits for the look for its children without a slot (`Context::look`).
+    let looked = ctx.look(&whole_parent).await?;
+    let Ok(_slot) = slots.acquire().await else { return Ok(gone) };
+    ctx.reconcile(&whole_parent, observed(&children.owners, &children.caches, at), looked).await
 }
 
 impl Poll {
@@ -506,8 +510,11 @@ impl Poll {
     }
 }
 
-/// The workers that reconcile the parents the ticks queue, `--concurrency` of them, each taking the next
-/// waiting parent when it is done with one, whatever the tick is doing.
+/// The workers that reconcile the parents the ticks queue, `--concurrency` at a time, each taking the
+/// next waiting parent when it is done with one, whatever the tick is doing. A shard member has
+/// [`LOOK_AHEAD`] more, which take the parents next in line while the others reconcile, so that the
+/// parents it takes in wait for their looks together; a reconcile still needs one of the `--concurrency`
+/// slots, handed out in the queue's order.
 struct Workers {
     queue: Option<mpsc::UnboundedSender<Waiting>>,
     results: mpsc::UnboundedReceiver<Finished>,
@@ -523,8 +530,10 @@ impl Workers {
         let waiting = Arc::new(tokio::sync::Mutex::new(waiting));
         let stopping = Arc::new(AtomicBool::new(false));
         let mut tasks = JoinSet::new();
-        for _ in 0..count {
-            let (waiting, done, stopping) = (waiting.clone(), done.clone(), stopping.clone());
+        let slots = Arc::new(Semaphore::new(count));
+        let ahead = if ctx.member().is_some() { LOOK_AHEAD } else { 0 };
+        for _ in 0..count + ahead {
+            let (waiting, done, stopping, slots) = (waiting.clone(), done.clone(), stopping.clone(), slots.clone());
             let (ctx, parents, children) = (ctx.clone(), parents.clone(), children.clone());
             tasks.spawn(async move {
                 loop {
@@ -533,7 +542,7 @@ impl Workers {
                     if stopping.load(Ordering::Relaxed) {
                         continue;
                     }
-                    let result = reconcile(&ctx, &parents, &children, (&place, version.as_deref())).await;
+                    let result = reconcile(&ctx, &parents, &children, (&place, version.as_deref()), &slots).await;
                     if done.send((uid, place, print, result)).is_err() {
                         return;
                     }

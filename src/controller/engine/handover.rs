@@ -37,6 +37,10 @@ use crate::controller::rules::shard::{Member, drain_label, read_before_release};
 /// How often a member looks again for the children of a parent it holds whatever their member label.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
+/// How many parents past `--concurrency` a driver lets wait for their look (`Context::look`): two lists'
+/// worth, so that one list is being answered while the parents of the last are reconciled.
+pub const LOOK_AHEAD: usize = 2 * super::take_in::BATCH;
+
 /// A parent claimed and its children looked for whatever member they name (`Context::look`), for the
 /// reconcile that follows.
 pub struct Looked {

@@ -50,12 +50,11 @@ use crate::cluster::scope;
 use adopting::{Adopting, Serves};
 use events::{EventQueue, Kind, Note, Reporter};
 use fence::Fence;
-pub use handover::Looked;
+pub use handover::{LOOK_AHEAD, Looked};
 use memory::Memory;
 use related::Related;
 use request::{Failed, bounded};
 pub use revisions::Rolling;
-pub use take_in::BATCH as LOOK_BATCH;
 
 /// How long one parent's writes (a few requests) may take before the reconcile counts as failed; a
 /// hook's own time comes on top.

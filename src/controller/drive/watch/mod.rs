@@ -38,7 +38,7 @@ use crate::controller::drive::changes::parent_print;
 use crate::controller::drive::conclude;
 use crate::controller::drive::owners::{Owners, observed, take_in};
 use crate::controller::drive::place::{Place, place};
-use crate::controller::engine::Context;
+use crate::controller::engine::{Context, LOOK_AHEAD};
 use crate::controller::rules::adoption::Published;
 use crate::controller::rules::children::{Family, MANAGED_BY_LABEL, Observed};
 use crate::controller::rules::status;
@@ -365,10 +365,6 @@ fn records_changed(
     .flatten()
     .boxed()
 }
-
-/// How many parents past `--concurrency` may wait for the look for their children (`Context::look`):
-/// two lists' worth, so that one list is being answered while the parents of the last are reconciled.
-const LOOK_AHEAD: usize = 2 * crate::controller::engine::LOOK_BATCH;
 
 /// When a parent whose reconcile panicked is tried again.
 const PANIC_RETRY: Duration = Duration::from_secs(30);
