@@ -180,29 +180,19 @@ pub struct Members {
     ended: HashMap<String, Instant>,
     /// When the latest list taken in was sent: the Leases were at least as recent as that.
     listed: Option<Instant>,
-    /// The members whose Lease that list showed.
-    in_list: HashSet<String>,
 }
 
 type Record = (Option<String>, Option<MicroTime>, Option<i32>);
 
 impl Members {
     pub fn new(lease_duration: Duration, now: Instant) -> Self {
-        let (seen, ended, in_list) = (HashMap::new(), HashMap::new(), HashSet::new());
-        Members { started: now, lease_duration, seen, ended, listed: None, in_list }
+        Members { started: now, lease_duration, seen: HashMap::new(), ended: HashMap::new(), listed: None }
     }
 
     /// Takes in the ring's Leases as a list sent at `sent` showed them, at `now`: per member, its record.
     /// A Lease no longer listed keeps its last record, and so runs out like one not renewed.
     pub fn observe(&mut self, leases: impl IntoIterator<Item = (String, Record)>, sent: Instant, now: Instant) {
-        let newer = self.listed.is_none_or(|listed| sent >= listed);
-        if newer {
-            self.in_list.clear();
-        }
         for (member, record) in leases {
-            if newer {
-                self.in_list.insert(member.clone());
-            }
             let record = (record.0.filter(|h| !h.is_empty()), record.1, record.2);
             let entry = self.seen.entry(member).or_insert_with(|| (record.clone(), now));
             if entry.0 != record {
@@ -262,13 +252,11 @@ impl Members {
         now.checked_duration_since(stopped).filter(|_| !self.live(member, now))
     }
 
-    /// The incarnations that hold a member's Lease in the latest list and have surely stopped: shown
+    /// The incarnations that hold a member's Lease as last listed and have surely stopped: shown
     /// unrenewed by a list sent more than its duration after that renewal was first seen (`gone`'s
-    /// second way, which needs no parent). A Lease deleted (its member gone and holding nothing) is
-    /// left out, though its last record is kept: nothing is to be recorded for it.
+    /// second way, which needs no parent).
     pub fn stopped_holders(&self) -> Vec<String> {
-        let listed = self.seen.iter().filter(|(member, _)| self.in_list.contains(*member));
-        let holders = listed.filter_map(|(_, (record, _))| record.0.as_deref());
+        let holders = self.seen.values().filter_map(|(record, _)| record.0.as_deref());
         holders.filter(|holder| self.gone(holder, self.started)).map(str::to_owned).collect()
     }
 
@@ -947,7 +935,7 @@ mod tests {
         frozen.observe([("c".to_owned(), record(Some("c_1"), 1))], later(5), later(60));
         assert!(!frozen.gone("c_1", start), "its last list was sent 5 s after the renewal was seen");
         // a releases its Lease (no holder): a_1 gone at once.
-        listed(&mut members, vec![("a", record(None, 17)), ("b", record(Some("b_1"), 1))], later(17));
+        listed(&mut members, vec![("a", record(None, 17))], later(17));
         assert!(!members.live("a", later(17)) && members.gone("a_1", start));
         assert_eq!(members.stopped_holders(), ["b_1"], "a_1 holds nothing: it handed its parents over");
         // A new process takes a's Lease: a is live again, as a_2; a_1 stays gone.
@@ -971,7 +959,6 @@ mod tests {
         assert!(members.live("d", later(15)) && !members.live("d", later(16)));
         listed(&mut members, vec![], later(16));
         assert!(members.gone("d_1", start));
-        assert!(members.stopped_holders().is_empty(), "its Lease was deleted: nothing to record from it");
         assert_eq!(members.gone_for("d", later(20)), Some(Duration::from_secs(5)));
     }
 
