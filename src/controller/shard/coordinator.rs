@@ -53,12 +53,6 @@ use crate::controller::shard::controllers::{Controller, Controllers, Set, Shares
 /// How many times a retry period the ring's Leases are listed while a member is silent.
 pub const HURRY: u32 = 4;
 
-/// How many renewals in a row (one every retry period) a member misses before the others get ready to
-/// serve its parents, if its renew deadline has not come first. Getting ready is watching, not writing,
-/// so it need not wait for the member to have stopped itself: at 100,000 Samples the watch of a third
-/// of them took 10 s to list, and began only at the renew deadline, 10 s after the last renewal.
-const SILENT_AFTER_RENEWALS: u32 = 3;
-
 /// How many label writes the coordinator has in flight at once (a join moves about 1/N of the parents).
 const WRITES: usize = 32;
 
@@ -252,14 +246,6 @@ impl Members {
         now.checked_duration_since(stopped).filter(|_| !self.live(member, now))
     }
 
-    /// The incarnations that hold a member's Lease as last listed and have surely stopped: shown
-    /// unrenewed by a list sent more than its duration after that renewal was first seen (`gone`'s
-    /// second way, which needs no parent).
-    pub fn stopped_holders(&self) -> Vec<String> {
-        let holders = self.seen.values().filter_map(|(record, _)| record.0.as_deref());
-        holders.filter(|holder| self.gone(holder, self.started)).map(str::to_owned).collect()
-    }
-
     /// The incarnations holding a Lease that has not been seen renewed for longer than `after`.
     pub fn silent(&self, after: Duration, now: Instant) -> BTreeSet<String> {
         self.seen
@@ -294,7 +280,7 @@ pub struct Coordinator {
     pub ring: String,
     pub lease_namespace: String,
     pub lease_duration: Duration,
-    /// Past this long unrenewed, a member's Lease is silent whatever the retry period (`silent_after`).
+    /// How long a member's Lease may go unrenewed before this member gets ready to serve its parents.
     pub renew_deadline: Duration,
     pub retry_period: Duration,
     /// The controllers the process runs, each with the namespace it reconciles (all when `None`), as
@@ -361,7 +347,7 @@ impl Coordinator {
     fn take(&self, members: &mut Members, (leases, adoptions, sent): Listing) -> (Vec<(String, String)>, Adoptions) {
         let versions = leases.iter().map(|(member, _, version)| (member.clone(), version.clone())).collect();
         members.observe(leases.into_iter().map(|(member, record, _)| (member, record)), sent, Instant::now());
-        let silent = members.silent(self.silent_after(), Instant::now());
+        let silent = members.silent(self.renew_deadline, Instant::now());
         self.records.send_if_modified(|published| {
             published.read = published.read.max(Some(sent.into_std()));
             let changed = *published.adoptions != adoptions || published.silent != silent;
@@ -375,12 +361,6 @@ impl Coordinator {
             changed
         });
         (versions, adoptions)
-    }
-
-    /// How long a member's Lease may go unrenewed before this member gets ready to serve its parents:
-    /// [`SILENT_AFTER_RENEWALS`] retry periods, or the renew deadline if that is sooner.
-    fn silent_after(&self) -> Duration {
-        (self.retry_period * SILENT_AFTER_RENEWALS).min(self.renew_deadline)
     }
 
     /// Whether the ring's Leases are to be listed again, the last list having been sent at `last` (set
@@ -510,15 +490,6 @@ impl Coordinator {
                             let changed = view.as_ref().is_none_or(|v| v.holders != next.holders);
                             if changed {
                                 tracing::info!(ring = self.ring, "shard ring members: {}", describe(&next));
-                            }
-                            // A holder surely stopped is recorded from the Leases alone, not when one of
-                            // its parents comes up: a coordinator that has just taken over would wait for
-                            // the list of every parent (about 9 s at 100,000).
-                            for gone in members.stopped_holders() {
-                                if records.may_record(&gone) && records.record(adoptions, &gone, &next) {
-                                    self.publish_records(term, adoptions);
-                                    tracing::info!(ring = self.ring, "{gone} is gone; its parents go to {}", describe(&next));
-                                }
                             }
                             view = Some(next);
                             decide_all = changed || pending.is_empty();
@@ -924,10 +895,8 @@ mod tests {
         assert_eq!(members.silent(Duration::from_secs(10), later(12)), BTreeSet::from(["b_1".to_owned()]));
         assert!(!members.live("b", later(16)), "not renewed for its duration: out of the ring");
         assert!(!members.gone("b_1", start), "but not gone before a list sent after its duration shows it so");
-        assert!(members.stopped_holders().is_empty());
         listed(&mut members, vec![("a", record(Some("a_1"), 11)), ("b", record(Some("b_1"), 1))], later(16));
         assert!(members.gone("b_1", start));
-        assert_eq!(members.stopped_holders(), ["b_1"], "known from the Leases alone");
         assert_eq!(members.view(later(16)).ring.members(), ["a"]);
         // A list sent before a freeze and taken in after it proves nothing more than when it was sent.
         let mut frozen = Members::new(Duration::from_secs(15), start);
@@ -937,7 +906,6 @@ mod tests {
         // a releases its Lease (no holder): a_1 gone at once.
         listed(&mut members, vec![("a", record(None, 17))], later(17));
         assert!(!members.live("a", later(17)) && members.gone("a_1", start));
-        assert_eq!(members.stopped_holders(), ["b_1"], "a_1 holds nothing: it handed its parents over");
         // A new process takes a's Lease: a is live again, as a_2; a_1 stays gone.
         listed(&mut members, vec![("a", record(Some("a_2"), 18))], later(18));
         assert!(members.live("a", later(18)) && !members.gone("a_2", start) && members.gone("a_1", start));
