@@ -27,6 +27,8 @@ const PATIENCE: Duration = Duration::from_secs(90);
 /// Lease timings short enough that a member is given up on in seconds, and long enough that a member
 /// on a loaded machine (these tests run beside the others) does not lose its Lease by itself.
 const TIMINGS: [&str; 6] = ["--lease-duration", "6s", "--renew-deadline", "4s", "--retry-period", "1s"];
+/// The renew deadline in `TIMINGS`.
+const RENEW_DEADLINE: Duration = Duration::from_secs(4);
 
 /// A member of the ring `samples` in `ns`, with the watch driver.
 fn member(ns: &str, name: &str) -> Background {
@@ -72,7 +74,7 @@ pub fn joined(process: &Background, name: &str) -> String {
 fn no_interleaving(ns: &str, stopped: &str, round: usize) -> Vec<audit::Write> {
     let writes = audit::writes(ns, "samples");
     let released = last_lease_write(&writes, "samples", stopped).expect("the stopped process's Lease writes");
-    let found = interleavings(&writes, &HashMap::from([(stopped.to_owned(), released)]));
+    let found = interleavings(&writes, &HashMap::from([(stopped.to_owned(), released)]), RENEW_DEADLINE);
     assert!(
         found.is_empty(),
         "round {round}: {} interleaved writes, e.g. {:?}",

@@ -15,6 +15,9 @@ use crate::support::{
 
 /// Short Lease timings, so that a dead member is given up on in seconds.
 pub const TIMINGS: [&str; 6] = ["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"];
+/// The renew deadline in `TIMINGS` (and in every ring of these tests): a member that could not renew its
+/// Lease within it has stopped writing.
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(2);
 
 pub fn member(ns: &str, name: &str, watch: bool) -> Background {
     let mut args = vec!["reconcile", "-n", ns, "--shard-ring", "samples", "--shard-member", name];
@@ -144,7 +147,7 @@ fn the_ring_grows_and_shrinks_under_a_burst_without_two_members_writing_for_one_
     let writers: std::collections::BTreeSet<&str> =
         writes.iter().filter(|w| w.accepted() && !w.what.ends_with("leases")).map(|w| w.process.as_str()).collect();
     assert_eq!(writers.len(), 5, "every member wrote: {writers:?}");
-    let found = interleavings(&writes, &stopped);
+    let found = interleavings(&writes, &stopped, RENEW_DEADLINE);
     assert!(
         found.is_empty(),
         "{} interleaved writes, e.g. {:?}\nm3 (killed):\n{m3_log}",
@@ -297,7 +300,7 @@ fn a_killed_members_samples_are_served_by_its_record_before_they_are_relabelled(
     });
 
     let writes = audit::writes(&ns.0, "samples");
-    let found = interleavings(&writes, &HashMap::from([(gone.clone(), killed)]));
+    let found = interleavings(&writes, &HashMap::from([(gone.clone(), killed)]), RENEW_DEADLINE);
     assert!(found.is_empty(), "{} interleaved writes, e.g. {:?}", found.len(), &found[..found.len().min(5)]);
     eprintln!("{} of {} Samples served by {gone}'s record before relabelling", served_by_record.len(), theirs.len());
 }
@@ -664,7 +667,7 @@ fn controller_objects_from_the_cluster_are_shared_by_every_member() {
         .filter_map(|w| Some(w.process.split_once('_')?.0.to_owned()))
         .collect();
     assert!(writers.len() >= 3, "the members wrote: {writers:?}");
-    let found = interleavings(&writes, &stopped);
+    let found = interleavings(&writes, &stopped, RENEW_DEADLINE);
     assert!(found.is_empty(), "{} interleaved writes, e.g. {:?}", found.len(), &found[..found.len().min(5)]);
     for name in ["CompositeController", "DecoratorController"] {
         let plural = format!("{}s.metacontroller.k8s.io", name.to_lowercase());
@@ -814,7 +817,7 @@ fn a_cluster_scoped_parent_with_children_in_other_namespaces_is_shared_with_its_
     let mut namespaces = vec![""];
     namespaces.extend(targets.iter().map(|t| t.0.as_str()));
     let writes = audit::writes_in(&ring, &namespaces, "globals");
-    let found = interleavings(&writes, &stopped);
+    let found = interleavings(&writes, &stopped, RENEW_DEADLINE);
     assert!(found.is_empty(), "{} interleaved writes, e.g. {:?}", found.len(), &found[..found.len().min(5)]);
     assert!(writes.iter().any(|w| w.labels == Some(audit::Labels::Release)), "no Global was handed over");
     for (_, m) in members {

@@ -4,6 +4,7 @@
 //! under one member name are told apart; only the writes the API server accepted count.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use serde_json::Value;
@@ -102,12 +103,31 @@ pub fn last_lease_write(writes: &[Write], ring: &str, process: &str) -> Option<T
         .max()
 }
 
+/// Per process, when its own fence had surely closed: `renew_deadline` after the API server received the
+/// last renewal of its member's Lease that it accepted. (The process counts its deadline from when it sent
+/// that renewal, which is earlier.) A member that lost its Lease, as members of a loaded test cluster do
+/// when renewals time out, stops itself at that point and is let go of as surely as a killed one.
+fn fenced(writes: &[Write], renew_deadline: Duration) -> HashMap<&str, Timestamp> {
+    let deadline = jiff::SignedDuration::try_from(renew_deadline).unwrap();
+    let mut fenced: HashMap<&str, Timestamp> = HashMap::new();
+    for w in writes.iter().filter(|w| w.is_lease() && w.accepted()) {
+        let member = w.process.split_once('_').map_or(w.process.as_str(), |(member, _)| member);
+        if w.name.rsplit_once('.').is_some_and(|(_, leased)| leased == member) {
+            let closed = w.received + deadline;
+            fenced.entry(&w.process).and_modify(|at| *at = (*at).max(closed)).or_insert(closed);
+        }
+    }
+    fenced
+}
+
 /// Per parent, each place where a process wrote after another one had, unless the other had let go of it
-/// first: its release of the parent (its own accepted write of the sharding labels) or its stop
-/// (`stopped`: per process, when it surely wrote no more: its Lease released, or SIGKILL sent) completed
-/// after its last write and before the next process's first. Only writes the API server accepted
-/// count, so a late write it refused is no interleaving, and one it took is.
-pub fn interleavings(writes: &[Write], stopped: &HashMap<String, Timestamp>) -> Vec<String> {
+/// first: its release of the parent (its own accepted write of the sharding labels), its stop
+/// (`stopped`: per process, when it surely wrote no more: its Lease released, or SIGKILL sent), or its
+/// own fence's closing (`renew_deadline` after its last renewal, see `fenced`) came after its last write
+/// and before the next process's first. Only writes the API server accepted count, so a late write it
+/// refused is no interleaving, and one it took is.
+pub fn interleavings(writes: &[Write], stopped: &HashMap<String, Timestamp>, renew_deadline: Duration) -> Vec<String> {
+    let fenced = fenced(writes, renew_deadline);
     let mut by_parent: HashMap<&str, Vec<&Write>> = HashMap::new();
     for w in writes.iter().filter(|w| w.accepted() && !w.is_lease()) {
         by_parent.entry(&w.name).or_default().push(w);
@@ -123,7 +143,10 @@ pub fn interleavings(writes: &[Write], stopped: &HashMap<String, Timestamp>) -> 
                 }
                 (Some(_), _) => {}
                 (None, Some((prev, released))) if prev.process != w.process => {
-                    let let_go = released.or_else(|| stopped.get(&prev.process).copied());
+                    let let_go = [*released, stopped.get(&prev.process).copied(), fenced.get(&*prev.process).copied()]
+                        .into_iter()
+                        .flatten()
+                        .min();
                     if !(prev.done <= w.received && let_go.is_some_and(|at| at <= w.received)) {
                         found.push(format!(
                             "{parent}: {} by {} (done {}) then {} by {} (received {})",
