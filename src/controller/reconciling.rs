@@ -157,9 +157,9 @@ async fn adopt(
     let mut running: HashMap<String, (watch::Sender<bool>, tokio::task::JoinHandle<()>)> = HashMap::new();
     let plural = &ctx.definition.family.parent.ar.plural;
     loop {
-        // The labels the records lead to this member from, and those of members silent past a renew
-        // deadline: their watch is started before a record can name them, so that it has listed them
-        // by the time one does (nothing of theirs is reconciled before).
+        // The labels the records lead to this member from, and those of members silent (three renewals
+        // missed, or a renew deadline): their watch is started before a record can name them, so that it
+        // has listed them by the time one does (nothing of theirs is reconciled before).
         let wanted = {
             let published = records.borrow_and_update();
             let mut wanted = published.adoptions.reaching(&adopting.own);

@@ -16,8 +16,11 @@
 //! folded into which objects changed and which went (the deleted ones kept, the changed ones read from
 //! the cache when they are sent), so copies of objects never pile up for it. One that joins late gets the
 //! cache's content first as a complete list (`Init`, each object, `InitDone`), at once if the cache holds
-//! a full list, or at the end of the list in progress. What a relist finds gone reaches readers as deletions
-//! before its `InitDone`. A feed stops when its last reader goes.
+//! a full list, or at the end of the list in progress. One that joins before the feed's first list has
+//! begun reads that list as it comes (a coordinator acts on the first parents listed, not 9 s later at
+//! 100,000); if it falls [`OUTBOX_LIMIT`] behind in it, it gets the list whole from the cache instead, as
+//! a late one does, never folded, so every reader's first list ends with its `InitDone`. What a relist
+//! finds gone reaches readers as deletions before its `InitDone`. A feed stops when its last reader goes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
@@ -118,7 +121,7 @@ struct Reader<K> {
     outbox: Arc<Outbox<K>>,
     /// The reader's end, to tell when it is gone.
     events: mpsc::Sender<Event<K>>,
-    /// Joined during a list: gets the whole cache at its end.
+    /// Joined during a list (or fell behind in its first): gets the whole cache at its end.
     waiting: bool,
 }
 
@@ -131,6 +134,8 @@ struct Outbox<K> {
 
 struct Queued<K> {
     events: VecDeque<Event<K>>,
+    /// The reader has not been sent a complete list yet: it is never folded (which drops a list's end).
+    first: bool,
     /// The reader is to get the whole cache as a list before the events queued.
     replay: bool,
     /// Once it fell [`OUTBOX_LIMIT`] events behind: per object, what it was last sent as deleted, and
@@ -154,7 +159,7 @@ fn fold<K: Fed>(behind: &mut HashMap<Place, (Option<K>, bool)>, event: Event<K>)
 
 impl<K: Fed> Outbox<K> {
     fn new() -> Self {
-        let queued = Queued { events: VecDeque::new(), replay: false, behind: None };
+        let queued = Queued { events: VecDeque::new(), first: true, replay: false, behind: None };
         Outbox { queued: Mutex::new(queued), ready: Notify::new() }
     }
 
@@ -163,15 +168,20 @@ impl<K: Fed> Outbox<K> {
     }
 
     /// Queues `events`; past [`OUTBOX_LIMIT`], folds them (and the ones after, until the reader has
-    /// caught up) into which objects changed and which went.
-    fn push(&self, events: impl IntoIterator<Item = Event<K>>) {
+    /// caught up) into which objects changed and which went. A reader not sent a complete list yet is
+    /// not folded: its queue is dropped, and false returned, for it to be sent the cache whole.
+    fn push(&self, events: impl IntoIterator<Item = Event<K>>) -> bool {
         {
             let mut queued = self.queued();
-            let Queued { events: waiting, behind, .. } = &mut *queued;
+            let Queued { events: waiting, first, behind, .. } = &mut *queued;
             match behind {
                 Some(behind) => events.into_iter().for_each(|event| fold(behind, event)),
                 None => {
                     waiting.extend(events);
+                    if waiting.len() > OUTBOX_LIMIT && *first {
+                        waiting.clear();
+                        return false;
+                    }
                     if waiting.len() > OUTBOX_LIMIT {
                         let mut folded = HashMap::new();
                         waiting.drain(..).for_each(|event| fold(&mut folded, event));
@@ -181,6 +191,12 @@ impl<K: Fed> Outbox<K> {
             }
         }
         self.ready.notify_one();
+        true
+    }
+
+    /// The reader was sent a complete list.
+    fn listed(&self) {
+        self.queued().first = false;
     }
 
     /// The reader is to get the whole cache as a list, and then what comes after.
@@ -218,9 +234,20 @@ async fn forward<K: Fed>(outbox: Arc<Outbox<K>>, cache: Cache<K>, events: mpsc::
             }
         };
         let sent = match next {
-            Next::Replay => replay(&cache, &events).await,
+            Next::Replay => {
+                let sent = replay(&cache, &events).await;
+                outbox.listed();
+                sent
+            }
             Next::Behind(behind) => catch_up(&cache, &events, behind).await,
-            Next::Event(event) => events.send(event).await.is_ok(),
+            Next::Event(event) => {
+                let done = matches!(event, watcher::Event::InitDone);
+                let sent = events.send(event).await.is_ok();
+                if done {
+                    outbox.listed();
+                }
+                sent
+            }
             Next::Nothing => tokio::select! {
                 () = outbox.ready.notified() => true,
                 () = events.closed() => false,
@@ -290,8 +317,10 @@ impl<K: Fed> Running<K> {
     fn join(&mut self, events: mpsc::Sender<Event<K>>) {
         let outbox = Arc::new(Outbox::new());
         tokio::spawn(forward(outbox.clone(), self.cache.clone(), events.clone()));
-        let reader = Reader { outbox, events, waiting: self.listing || !self.listed };
-        if !reader.waiting {
+        // Before the first list has begun, a reader reads it as it comes; after the first, it is sent the
+        // cache now; during one, at its end.
+        let reader = Reader { outbox, events, waiting: self.listing };
+        if self.listed && !self.listing {
             reader.outbox.replay();
         }
         self.readers.push(reader);
@@ -337,7 +366,16 @@ impl<K: Fed> Running<K> {
                     reader.outbox.replay();
                 }
                 true => {}
-                false => reader.outbox.push(events.iter().cloned()),
+                false => {
+                    if !reader.outbox.push(events.iter().cloned()) {
+                        // It fell behind in its first list: it gets the cache whole at the list's end (now,
+                        // if this was the end).
+                        match self.listing {
+                            true => reader.waiting = true,
+                            false => reader.outbox.replay(),
+                        }
+                    }
+                }
             }
         }
         unsure
@@ -540,12 +578,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_reader_joining_during_a_list_gets_the_whole_cache_at_its_end_and_then_every_event() {
+    async fn a_reader_reads_a_list_begun_after_it_joined_as_it_comes_and_one_under_way_whole_at_its_end() {
         let mut running = Running { cache: Cache::default(), readers: Vec::new(), listed: false, listing: false };
         let (early, mut early_events) = mpsc::channel(READER_BUFFER);
         running.join(early);
         running.take(watcher::Event::Init);
         running.take(watcher::Event::InitApply(object("a")));
+        settle().await;
+        assert_eq!(names(&mut early_events), ["init", "list a"], "joined before the list began: reads it as it comes");
         let (late, mut late_events) = mpsc::channel(READER_BUFFER);
         running.join(late);
         running.take(watcher::Event::InitApply(object("b")));
@@ -555,12 +595,12 @@ mod tests {
         settle().await;
         running.take(watcher::Event::Apply(object("c")));
         settle().await;
-        // Both joined before the first list was complete: each gets the cache at its end, in no order.
-        for events in [&mut early_events, &mut late_events] {
-            let mut seen = names(events);
-            seen[1..3].sort();
-            assert_eq!(seen, ["init", "list a", "list b", "done", "apply c"]);
-        }
+        // The early one joined before the list began and read it as it came; the late one joined during
+        // it and got the cache at its end, in no order.
+        assert_eq!(names(&mut early_events), ["list b", "done", "apply c"]);
+        let mut seen = names(&mut late_events);
+        seen[1..3].sort();
+        assert_eq!(seen, ["init", "list a", "list b", "done", "apply c"]);
 
         // A reader that went away is dropped at the next event.
         drop(early_events);
@@ -582,6 +622,47 @@ mod tests {
         running.join(third);
         settle().await;
         assert_eq!(names(&mut third_events), ["init", "list b", "done"]);
+    }
+
+    #[tokio::test]
+    async fn a_reader_behind_in_its_first_list_gets_it_whole_from_the_cache_never_folded() {
+        let mut running = Running { cache: Cache::default(), readers: Vec::new(), listed: false, listing: false };
+        let (stuck, mut stuck_events) = mpsc::channel(READER_BUFFER);
+        running.join(stuck);
+        running.take(watcher::Event::Init);
+        let count = READER_BUFFER + OUTBOX_LIMIT + 100;
+        for i in 0..count {
+            running.take(watcher::Event::InitApply(object(&format!("o{i}"))));
+        }
+        assert!(running.readers[0].waiting, "behind in its first list: it waits for the list's end");
+        running.take(watcher::Event::InitDone);
+        running.take(watcher::Event::Apply(object("late")));
+        let mut seen = Vec::new();
+        while let Ok(Some(event)) =
+            tokio::time::timeout(std::time::Duration::from_millis(200), stuck_events.recv()).await
+        {
+            seen.push(event);
+        }
+        // What it read before it fell behind, then the whole list from the cache, and what came after.
+        let done = seen.iter().rposition(|e| matches!(e, watcher::Event::InitDone)).expect("its list's end");
+        let restart = seen[..done].iter().rposition(|e| matches!(e, watcher::Event::Init)).unwrap();
+        let listed: std::collections::HashSet<String> = seen[restart..done]
+            .iter()
+            .filter_map(|e| match e {
+                watcher::Event::InitApply(o) => Some(o.name_any()),
+                _ => None,
+            })
+            .collect();
+        // (The cache is sent as it is then: the change taken in after the list's end is in it too.)
+        assert_eq!(listed.iter().filter(|n| n.starts_with('o')).count(), count, "every object in the list it was sent");
+        assert!(seen[done + 1..].iter().all(|e| matches!(e, watcher::Event::Apply(o) if o.name_any() == "late")));
+        assert!(seen.iter().all(|e| !matches!(e, watcher::Event::Apply(o) if o.name_any() != "late")), "not folded");
+
+        // Once it had its first list, falling behind folds as before.
+        for i in 0..count {
+            running.take(watcher::Event::Apply(object(&format!("o{}", i % 50))));
+        }
+        assert!(!running.readers[0].waiting);
     }
 
     #[tokio::test]
