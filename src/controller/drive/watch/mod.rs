@@ -389,6 +389,13 @@ struct Work {
 }
 
 impl Work {
+    /// Whether the parent at `place` first looks for its children, and may start past the slots. Only a
+    /// shard member's ever does: an unsharded controller decodes no parent from the cache to ask.
+    fn looks_first(&self, place: &Place) -> bool {
+        let ctx = &self.shared.ctx;
+        ctx.member().is_some() && self.shared.parents.get(place).is_some_and(|parent| ctx.looks_first(&parent))
+    }
+
     /// Takes triggers into the queue and runs up to `concurrency` reconciles from it, until `stop` (or,
     /// with `once`, until every parent of the first list was reconciled); then lets those running end.
     async fn run(&self, mut triggers: Triggers, once: Option<Arc<Once>>, mut stop: watch::Receiver<bool>) {
@@ -480,12 +487,6 @@ impl Work {
         }
         // Reconciles already running finish (each is bounded by its own deadline).
         while running.join_next().await.is_some() {}
-    }
-}
-
-impl Work {
-    fn looks_first(&self, place: &Place) -> bool {
-        self.shared.parents.get(place).is_some_and(|parent| self.shared.ctx.looks_first(&parent))
     }
 }
 
