@@ -247,10 +247,15 @@ fn finalize_hooks_and_the_parent_selector() {
         Some((200, _)) => Ok(()),
         other => Err(format!("{other:?}")),
     });
-    // Metrics carry the controller's name, as controller-runtime's do.
-    let (_, text) = http_get(metrics, "/metrics").unwrap();
-    assert!(text.contains(r#"samplectl_reconcile_total{controller="finalizing",result="ready"}"#), "{text}");
-    assert!(text.contains(r#"samplectl_reconcile_total{controller="finalizing",result="ignored"}"#), "{text}");
+    // Metrics carry the controller's name, as controller-runtime's do. The ConfigMap is written before
+    // the parent's status, and a reconcile is counted when it ends: its count may come a moment after.
+    eventually(SOON, "the reconciles counted by controller and result", || {
+        let Some((_, text)) = http_get(metrics, "/metrics") else { return Err("no answer from /metrics".to_owned()) };
+        let counted = ["ready", "ignored"].iter().all(|result| {
+            text.contains(&format!(r#"samplectl_reconcile_total{{controller="finalizing",result="{result}"}}"#))
+        });
+        if counted { Ok(()) } else { Err(text) }
+    });
     let finalizers =
         kubectl_json(&["get", "keepers.controllers.example.com", "taken", "-n", &ns.0])["metadata"]["finalizers"]
             .clone();
