@@ -100,7 +100,10 @@ class Api:
 class Watch:
     """Lists `path`, then streams its changes into on_event(type, object, monotonic time) on a thread until
     stop(). The initial list arrives as ADDED events; `listed` is set once it has, and every later change
-    is then certain to be seen. Reopens the watch when the server ends it."""
+    is then certain to be seen. Reopens the watch when the server ends it, and lists again when the server
+    no longer has the changes since the last version seen (410 Gone: a watch fallen behind a burst of
+    changes larger than the API server's watch cache): what the new list shows comes as ADDED events, and
+    what it no longer shows as DELETED."""
 
     def __init__(self, api, path, on_event):
         self.api, self.path, self.on_event = api, path, on_event
@@ -108,15 +111,32 @@ class Watch:
         self.stopping = threading.Event()
         self.conn = None
         self.error = None
+        # What the list and the watch have shown, by namespace and name: the ones a new list no longer
+        # shows are reported deleted.
+        self.known = {}
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
+    @staticmethod
+    def _key(obj):
+        meta = obj.get("metadata", {})
+        return (meta.get("namespace"), meta.get("name"))
+
+    def _list(self):
+        """Lists the path into on_event; returns the list's resourceVersion."""
+        listed = self.api.request("GET", self.path)
+        shown = {}
+        for item in listed.get("items", []):
+            shown[self._key(item)] = {"metadata": dict(item.get("metadata", {}))}
+            self.on_event("ADDED", item, time.monotonic())
+        for key in self.known.keys() - shown.keys():
+            self.on_event("DELETED", self.known[key], time.monotonic())
+        self.known = shown
+        return listed["metadata"]["resourceVersion"]
+
     def _run(self):
         try:
-            listed = self.api.request("GET", self.path)
-            for item in listed.get("items", []):
-                self.on_event("ADDED", item, time.monotonic())
-            version = listed["metadata"]["resourceVersion"]
+            version = self._list()
             self.listed.set()
             sep = "&" if "?" in self.path else "?"
             while not self.stopping.is_set():
@@ -125,14 +145,28 @@ class Watch:
                 headers = {"Accept": "application/json", "User-Agent": "samplectl-bench"}
                 self.conn.request("GET", self.path + query, headers=headers)
                 resp = self.conn.getresponse()
+                if resp.status == 410:
+                    resp.read()
+                    version = self._list()
+                    continue
                 if resp.status != 200:
                     raise ApiError(resp.status, resp.read().decode(errors="replace"))
                 for line in iter(resp.readline, b""):
                     event = json.loads(line)
                     obj = event["object"]
+                    if event["type"] == "ERROR":
+                        # The stream ends after it; from the same version, every watch would end so again.
+                        if obj.get("code") == 410:
+                            version = self._list()
+                        break
                     version = obj.get("metadata", {}).get("resourceVersion", version)
-                    if event["type"] not in ("BOOKMARK", "ERROR"):
-                        self.on_event(event["type"], obj, time.monotonic())
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    if event["type"] == "DELETED":
+                        self.known.pop(self._key(obj), None)
+                    else:
+                        self.known[self._key(obj)] = {"metadata": dict(obj.get("metadata", {}))}
+                    self.on_event(event["type"], obj, time.monotonic())
                 self.conn.close()
         except Exception as err:  # noqa: BLE001 - reported by wait_listed / stop unless we caused it
             if not self.stopping.is_set():

@@ -6,6 +6,7 @@ import datetime
 import json
 import tempfile
 
+from kube import Watch
 from metacontroller import neutral_stages
 from scenarios import audit_verbs, request_delta
 from sharding import Labels, on
@@ -135,6 +136,71 @@ class LabelsTally(unittest.TestCase):
         labels.wait(on({"b_1"}), 0)
         self.assertEqual(labels.pairs, {("b_1", None): 3})
         self.assertEqual(labels.count("b_1"), 3)
+
+
+class FakeApi:
+    """Lists from `lists` in turn; each watch connection streams the next of `streams` (lines of JSON
+    events), and the last one ends the watch."""
+
+    def __init__(self, lists, streams, done):
+        self.lists, self.streams, self.done = list(lists), list(streams), done
+
+    def request(self, method, path):
+        return self.lists.pop(0)
+
+    def _connect(self):
+        api = self
+
+        class Response:
+            status = 200
+
+            def __init__(self, lines):
+                self.lines = [json.dumps(e).encode() + b"\n" for e in lines]
+
+            def readline(self):
+                return self.lines.pop(0) if self.lines else b""
+
+        class Conn:
+            sock = None
+
+            def request(self, *args, **kwargs):
+                pass
+
+            def getresponse(self):
+                lines = api.streams.pop(0)
+                if not api.streams:
+                    api.done()
+                return Response(lines)
+
+            def close(self):
+                pass
+
+        return Conn()
+
+
+class WatchRelists(unittest.TestCase):
+    def item(self, name, member, version):
+        meta = {"name": name, "namespace": "ns", "resourceVersion": version,
+                "labels": {"shard.samplectl.io/bench": member}}
+        return {"metadata": meta, "data": {"testString": "x"}}
+
+    def test_a_watch_told_its_version_is_gone_lists_again_and_reports_what_went(self):
+        labels = Labels()
+        lists = [
+            {"metadata": {"resourceVersion": "10"}, "items": [self.item("a", "m1", "5"), self.item("b", "m1", "6")]},
+            # Listed again after the 410: a moved, b gone, c new.
+            {"metadata": {"resourceVersion": "90"}, "items": [self.item("a", "m2", "80"), self.item("c", "m2", "85")]},
+        ]
+        gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+        streams = [[{"type": "MODIFIED", "object": self.item("b", "m1", "11")}, gone], []]
+        watch = None
+        api = FakeApi(lists, streams, lambda: watch.stopping.set())
+        watch = Watch.__new__(Watch)
+        Watch.__init__(watch, api, "/api/v1/namespaces/ns/configmaps", labels)
+        watch.thread.join(5)
+        self.assertIsNone(watch.error)
+        self.assertEqual(labels.now, {"a": ("m2", None), "c": ("m2", None)})
+        labels.wait(on({"m2"}), 0)
 
 
 if __name__ == "__main__":
