@@ -111,9 +111,9 @@ class Watch:
         self.stopping = threading.Event()
         self.conn = None
         self.error = None
-        # What the list and the watch have shown, by namespace and name: the ones a new list no longer
-        # shows are reported deleted.
-        self.known = {}
+        # What the list and the watch have shown, as (namespace, name): the ones a new list no longer shows
+        # are reported deleted.
+        self.known = set()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -125,12 +125,12 @@ class Watch:
     def _list(self):
         """Lists the path into on_event; returns the list's resourceVersion."""
         listed = self.api.request("GET", self.path)
-        shown = {}
+        shown = set()
         for item in listed.get("items", []):
-            shown[self._key(item)] = {"metadata": dict(item.get("metadata", {}))}
+            shown.add(self._key(item))
             self.on_event("ADDED", item, time.monotonic())
-        for key in self.known.keys() - shown.keys():
-            self.on_event("DELETED", self.known[key], time.monotonic())
+        for namespace, name in self.known - shown:
+            self.on_event("DELETED", {"metadata": {"namespace": namespace, "name": name}}, time.monotonic())
         self.known = shown
         return listed["metadata"]["resourceVersion"]
 
@@ -163,9 +163,9 @@ class Watch:
                     if event["type"] == "BOOKMARK":
                         continue
                     if event["type"] == "DELETED":
-                        self.known.pop(self._key(obj), None)
+                        self.known.discard(self._key(obj))
                     else:
-                        self.known[self._key(obj)] = {"metadata": dict(obj.get("metadata", {}))}
+                        self.known.add(self._key(obj))
                     self.on_event(event["type"], obj, time.monotonic())
                 self.conn.close()
         except Exception as err:  # noqa: BLE001 - reported by wait_listed / stop unless we caused it

@@ -178,11 +178,11 @@ impl<K: Fed> Outbox<K> {
                 Some(behind) => events.into_iter().for_each(|event| fold(behind, event)),
                 None => {
                     waiting.extend(events);
-                    if waiting.len() > OUTBOX_LIMIT && *first {
-                        waiting.clear();
-                        return false;
-                    }
                     if waiting.len() > OUTBOX_LIMIT {
+                        if *first {
+                            waiting.clear();
+                            return false;
+                        }
                         let mut folded = HashMap::new();
                         waiting.drain(..).for_each(|event| fold(&mut folded, event));
                         *behind = Some(folded);
