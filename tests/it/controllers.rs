@@ -498,7 +498,7 @@ fn a_sharded_decorator_labels_only_what_it_decorates() {
     let member = |name: &str| {
         let mut args = vec!["reconcile", "-f", &file, "-n", &ns.0, "--watch", "--shard-ring", &ring];
         args.extend(["--shard-member", name, "--leader-election-namespace", &ns.0]);
-        args.extend(["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"]);
+        args.extend(crate::sharding::TIMINGS);
         Background::start(&args)
     };
     let members = [member("a"), member("b")];

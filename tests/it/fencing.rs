@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::sharding::{create_samples, labels, update_samples};
+use crate::sharding::{RENEW_DEADLINE, TIMINGS, create_samples, labels, update_samples};
 use crate::support::audit::{self, incarnation_in, interleavings, last_lease_write};
 use crate::support::hang::HangingProxy;
 use crate::support::{Background, Namespace, converged, eventually, kubectl, kubectl_json, samplectl};
@@ -23,12 +23,6 @@ fn rounds() -> usize {
 }
 
 const PATIENCE: Duration = Duration::from_secs(90);
-
-/// Lease timings short enough that a member is given up on in seconds, and long enough that a member
-/// on a loaded machine (these tests run beside the others) does not lose its Lease by itself.
-const TIMINGS: [&str; 6] = ["--lease-duration", "6s", "--renew-deadline", "4s", "--retry-period", "1s"];
-/// The renew deadline in `TIMINGS`.
-const RENEW_DEADLINE: Duration = Duration::from_secs(4);
 
 /// A member of the ring `samples` in `ns`, with the watch driver.
 fn member(ns: &str, name: &str) -> Background {
