@@ -7,8 +7,8 @@
 //! Every retry period a candidate reads the Lease: it renews it if it holds it, takes it (with an update
 //! guarded by resourceVersion) if it is free or has not been renewed for a lease duration as seen by this
 //! candidate's own clock, and otherwise waits: a retry period, or less, to read it again just as it runs
-//! out by that clock. A leader that cannot renew for the renew deadline stops
-//! leading, whatever its requests are doing: every attempt is cut off at the deadline, as client-go does,
+//! out by that clock. A leader that cannot renew for the renew deadline stops leading, whatever its
+//! requests are doing: every attempt is cut off at the deadline, as client-go does,
 //! because kube sets no read timeout and a request to a wedged API server may never return. Releasing
 //! clears the holder so a standby takes over at its next retry.
 //!
@@ -331,7 +331,8 @@ impl Election {
             Some(o) if o.record == record => o.duration = duration,
             _ => *observed = Some(Observed { record, since: Instant::now(), duration }),
         }
-        let expired = observed.as_ref().is_some_and(|o| o.since.elapsed() > duration);
+        // A held Lease is taken once it has run out; a free one (no holder) at once, below.
+        let expired = observed.as_ref().and_then(Observed::runs_out).is_some_and(|at| Instant::now() > at);
         let transitions = spec.lease_transitions.unwrap_or(0);
         let new_spec = match &holder {
             Some(h) if *h == self.identity => {
