@@ -355,6 +355,7 @@ impl Poll {
         related: &HashMap<String, Vec<ObjectMeta>>,
         (now, once): (Instant, bool),
     ) -> Option<Waiting> {
+        self.ctx.memory().seen(&uid, parent.resource_version.as_deref());
         if state.running.contains(&uid) || state.only.as_ref().is_some_and(|only| !only.contains(&uid)) {
             return None;
         }

@@ -5,7 +5,7 @@
 use kube::api::{DynamicObject, Patch, PatchParams};
 
 use super::request::Failed;
-use super::{Context, key};
+use super::{Context, key, uid};
 use crate::controller::rules::decorate::metadata_patch;
 use crate::controller::sync::Answer;
 
@@ -18,7 +18,8 @@ impl Context {
         let name = parent.metadata.name.as_deref().unwrap_or_default();
         let manager = self.definition.sync.field_managers().1;
         let params = PatchParams { field_manager: Some(manager.into()), ..PatchParams::default() };
-        self.send(self.parent_api(parent).patch(name, &params, &Patch::Merge(&patch))).await?;
+        let written = self.send(self.parent_api(parent).patch(name, &params, &Patch::Merge(&patch))).await?;
+        self.memory.wrote(&uid(parent), written.metadata.resource_version.as_deref());
         let object = key(parent);
         tracing::info!(
             namespace = parent.metadata.namespace.as_deref(),

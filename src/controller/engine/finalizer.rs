@@ -4,8 +4,8 @@
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
-use super::Context;
 use super::request::Failed;
+use super::{Context, uid};
 use crate::controller::rules::shard::guarded;
 
 impl Context {
@@ -20,6 +20,7 @@ impl Context {
         let mut updated =
             self.send(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await?;
         updated.metadata.managed_fields = None;
+        self.memory.wrote(&uid(parent), updated.metadata.resource_version.as_deref());
         Ok(updated)
     }
 

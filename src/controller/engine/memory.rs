@@ -1,10 +1,10 @@
 //! What the engine remembers of each parent between reconciles, behind one handle: retry timing
 //! (`backoff`), the objects in its way (`conflicts`), the statuses it wrote (`written`), its customize
 //! answer and related objects (`related`), when its children were last looked for whatever their shard
-//! label (`swept`), which parents this process handed over (`released`), and the failure last logged
-//! for each (`said`). The drivers reach it only
-//! through the methods here: what a reconcile's end teaches the retry store, whether a parent waits,
-//! which parents an object concerns, and forgetting a parent that is gone.
+//! label (`swept`), which parents this process handed over (`released`), the version its own last
+//! write to each left (`own_writes`), and the failure last logged for each (`said`). The drivers reach
+//! it only through the methods here: what a reconcile's end teaches the retry store, whether a parent
+//! waits, which parents an object concerns, and forgetting a parent that is gone.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -16,6 +16,7 @@ use super::related::Related;
 use super::written::WrittenStatuses;
 use crate::controller::rules::children::ChildKey;
 use crate::controller::rules::next::Retry;
+use crate::controller::rules::shard::read_before_release;
 
 pub struct Memory {
     pub(super) retry: Backoff,
@@ -26,6 +27,9 @@ pub struct Memory {
     /// In a shard ring: the parents this process handed over, each with the resourceVersion its release
     /// left, so that a driver's copy from before the release is not written from (`handover`).
     pub(super) released: Mutex<HashMap<String, String>>,
+    /// The resourceVersion this process's last write to each parent left (its status, labels and
+    /// annotations, finalizer), until a driver's copy as new arrives (`behind_own_write`).
+    own_writes: Mutex<HashMap<String, String>>,
     /// The failure last logged for each parent, and when: the same failure again is not worth a warning
     /// at every retry (a Secret that is wrong stays wrong until someone fixes it).
     said: Mutex<HashMap<String, (String, Instant)>>,
@@ -43,8 +47,38 @@ impl Memory {
             related,
             swept: Mutex::default(),
             released: Mutex::default(),
+            own_writes: Mutex::default(),
             said: Mutex::default(),
         }
+    }
+
+    /// A write of this process to the parent with `uid` left it at `version`.
+    pub(super) fn wrote(&self, uid: &str, version: Option<&str>) {
+        if let Some(version) = version {
+            self.own_writes.lock().unwrap_or_else(|e| e.into_inner()).insert(uid.to_owned(), version.to_owned());
+        }
+    }
+
+    /// Whether a copy of the parent with `uid` at `version` was read before this process's last write to
+    /// it. A driver's cache can hand a reconcile such a copy after the write, and what it then decides
+    /// from the copy is wrong without a sign of it: a status the copy already shows is not written,
+    /// though the write changed it since, and the event of a status-only change (the write itself)
+    /// triggers nothing when status changes are ignored. A copy as new as the write, or newer, ends
+    /// the memory.
+    pub(super) fn behind_own_write(&self, uid: &str, version: Option<&str>) -> bool {
+        let mut own = self.own_writes.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(written) = own.get(uid) else { return false };
+        let behind = read_before_release(version, written);
+        if !behind {
+            own.remove(uid);
+        }
+        behind
+    }
+
+    /// A driver saw the parent with `uid` at `version`: the memory of this process's last write to it
+    /// ends if this is as new (it is kept only while a copy from before the write may still come).
+    pub fn seen(&self, uid: &str, version: Option<&str>) {
+        self.behind_own_write(uid, version);
     }
 
     /// Whether the failure `text` of the parent with `uid` is worth a warning: not when it is the one
@@ -83,6 +117,7 @@ impl Memory {
     /// After a full list: the retry timing of parents not in `present` is forgotten.
     pub fn retain(&self, present: &HashSet<String>) {
         self.retry.retain(present);
+        self.own_writes.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid, _| present.contains(uid));
         self.said.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid, _| present.contains(uid));
     }
 
@@ -100,6 +135,7 @@ impl Memory {
     pub fn forget(&self, parent_uid: &str) {
         self.swept.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
         self.released.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
+        self.own_writes.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
         self.said.lock().unwrap_or_else(|e| e.into_inner()).remove(parent_uid);
         self.written.forget(parent_uid);
         self.retry.clear(parent_uid);
@@ -112,6 +148,25 @@ impl Memory {
 mod tests {
     use super::*;
     use crate::controller::rules::Version;
+
+    #[test]
+    fn a_copy_older_than_the_own_last_write_is_behind_until_one_as_new_arrives() {
+        let memory = Memory::new(Related::new(Version::V1));
+        assert!(!memory.behind_own_write("a", Some("5")), "nothing written");
+        memory.wrote("a", Some("12"));
+        assert!(memory.behind_own_write("a", Some("11")), "read before the write");
+        assert!(memory.behind_own_write("a", Some("9")), "compared as numbers");
+        assert!(!memory.behind_own_write("a", Some("12")), "the write itself");
+        assert!(!memory.behind_own_write("a", Some("11")), "the memory ended with it");
+        memory.wrote("b", Some("7"));
+        memory.forget("b");
+        assert!(!memory.behind_own_write("b", Some("6")), "forgotten with the parent");
+        memory.wrote("c", Some("20"));
+        memory.seen("c", Some("19"));
+        assert!(memory.behind_own_write("c", Some("19")), "an older copy seen ends nothing");
+        memory.seen("c", Some("21"));
+        assert!(memory.own_writes.lock().unwrap().is_empty(), "a newer one seen ends the memory");
+    }
 
     #[test]
     fn the_same_failure_is_said_once_until_it_changes_or_the_parent_recovers() {

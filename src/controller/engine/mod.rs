@@ -168,6 +168,10 @@ pub fn now() -> String {
 /// When a parent another context of this member is reconciling is looked at again.
 const CLAIMED_RETRY: Duration = Duration::from_millis(200);
 
+/// When a parent whose copy was read before this process's own last write to it is looked at again: a
+/// watch event or a tick later, the driver holds the write.
+const CAUGHT_UP_RETRY: Duration = Duration::from_millis(200);
+
 fn ignored(resync_after: Option<Duration>) -> Done {
     Done { outcome: Outcome::Ignored, resync_after, wrote: false }
 }
@@ -308,6 +312,11 @@ impl Context {
                 return Ok(Done { outcome: Outcome::Ignored, resync_after: None, wrote: false });
             }
         }
+        // Decided from a copy that predates this process's own last write, a reconcile would undo or
+        // miss what that write changed: looked at again once the driver has caught up.
+        if self.memory.behind_own_write(&uid(parent), parent.metadata.resource_version.as_deref()) {
+            return Ok(ignored(Some(CAUGHT_UP_RETRY)));
+        }
         // One reconcile of a parent at a time in a member, whichever of its contexts holds it.
         let _claim = match &self.writer.adopting {
             // Held since before the look made ahead.
@@ -440,6 +449,7 @@ impl Context {
             controlled_by(&child.metadata, &parent_uid)
                 && (!decorator || made_by(&child.metadata, &self.definition.name))
         });
+        self.definition.family.typed(&mut children);
 
         let related = self.related_objects(&parent).await?;
         let (answer, desired) = match &self.definition.rolling {

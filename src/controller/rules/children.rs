@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::DynamicObject;
+use kube::api::{DynamicObject, TypeMeta};
 use serde_json::{Map, Value, json};
 
 use super::decorate::DECORATOR_ANNOTATION;
@@ -124,6 +124,18 @@ impl Family {
             kind,
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Gives every child its type from its child type, where it has none: a list's items come without
+    /// theirs (a built-in kind's do), a watch's with it, and what a sync reads of a child (a hook's
+    /// request, a graph's inventory of kinds) must not depend on how the driver read it.
+    pub fn typed(&self, children: &mut Observed) {
+        for (key, child) in children.iter_mut() {
+            if child.types.as_ref().is_none_or(|t| t.api_version.is_empty() || t.kind.is_empty()) {
+                let ar = &self.children[key.kind].ar;
+                child.types = Some(TypeMeta { api_version: ar.api_version.clone(), kind: ar.kind.clone() });
+            }
         }
     }
 
@@ -518,6 +530,25 @@ mod tests {
             "metadata": {"name": "w", "namespace": namespace, "uid": "uid-w", "generation": 1},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_listed_child_is_given_its_type_and_a_watched_one_keeps_its_own() {
+        let family = family(true);
+        let listed: DynamicObject = serde_json::from_value(json!({"metadata": {"name": "c"}})).unwrap();
+        let watched: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"},
+        }))
+        .unwrap();
+        let key = |kind, name: &str| ChildKey { kind, namespace: String::new(), name: name.into() };
+        let mut children = Observed::from([(key(0, "c"), listed), (key(1, "r"), watched)]);
+        family.typed(&mut children);
+        let types = |name| {
+            let t = children.values().find(|c| c.metadata.name.as_deref() == Some(name)).unwrap().types.clone();
+            t.map(|t| (t.api_version, t.kind)).unwrap()
+        };
+        assert_eq!(types("c"), ("v1".to_owned(), "ConfigMap".to_owned()));
+        assert_eq!(types("r"), ("rbac.authorization.k8s.io/v1".to_owned(), "ClusterRole".to_owned()));
     }
 
     /// kro's family, whose children an owner reference cannot always reach: all of them are owned by

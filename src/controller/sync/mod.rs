@@ -236,14 +236,8 @@ pub fn request(controller: &Value, family: &Family, inputs: &Inputs, version: Ve
     let mut by_type: Map<String, Value> =
         (0..family.children.len()).map(|kind| (family.type_key(kind), Value::Object(Map::new()))).collect();
     for (child_key, child) in inputs.children {
-        let mut object = without_managed_fields(child);
-        // A list's items come without their type; metacontroller's hooks find it on every object.
-        if object.get("apiVersion").is_none_or(Value::is_null) {
-            let ar = &family.children[child_key.kind].ar;
-            object["apiVersion"] = ar.api_version.clone().into();
-            object["kind"] = ar.kind.clone().into();
-        }
-        by_type[&family.type_key(child_key.kind)][key(child)] = object;
+        // Typed by the engine (`Family::typed`): metacontroller's hooks find the type on every object.
+        by_type[&family.type_key(child_key.kind)][key(child)] = without_managed_fields(child);
     }
     let mut related = Map::new();
     for (type_key, objects) in inputs.related {
@@ -517,7 +511,9 @@ mod tests {
         .unwrap();
         let child: DynamicObject =
             serde_json::from_value(json!({"metadata": {"name": "c", "namespace": "a"}})).unwrap();
-        let children = Observed::from([(ChildKey { kind: 0, namespace: "a".into(), name: "c".into() }, child)]);
+        let mut children = Observed::from([(ChildKey { kind: 0, namespace: "a".into(), name: "c".into() }, child)]);
+        // A listed child, typed as the engine types every child before a sync reads it.
+        family.typed(&mut children);
         let related = RelatedObjects::from([("Secret.v1".to_owned(), Vec::new())]);
         let inputs = Inputs { parent: &parent, children: &children, related: &related, finalizing: false };
         let request = request(&json!({}), &family, &inputs, Version::V1, Shape::Decorator);

@@ -41,6 +41,7 @@ use crate::controller::drive::place::{Place, place};
 use crate::controller::engine::{Context, LOOK_AHEAD};
 use crate::controller::rules::adoption::Published;
 use crate::controller::rules::children::{Family, MANAGED_BY_LABEL, Observed};
+use crate::controller::rules::next::{Done, Outcome};
 use crate::controller::rules::status;
 use hub::Hub;
 use once::Once;
@@ -196,6 +197,10 @@ impl Watch {
         let parents = triggers(events, move |seen| match seen {
             Seen::Applied(parent) => {
                 let at = place(&parent.metadata);
+                ctx.memory().seen(
+                    parent.metadata.uid.as_deref().unwrap_or_default(),
+                    parent.metadata.resource_version.as_deref(),
+                );
                 if let Some(unserved) = &unserved {
                     unserved.add(at.clone());
                 }
@@ -379,6 +384,9 @@ struct Ended {
     not_ready: Option<String>,
     /// It wrote something (`--once` looks again at a parent that did and is not Ready).
     wrote: bool,
+    /// It was not looked at yet, only put off (another context of the member held it, or the copy was
+    /// behind a write of this process): `--once` does not count it.
+    put_off: bool,
 }
 
 /// The queue and the reconciles it starts.
@@ -454,7 +462,7 @@ impl Work {
                     None => triggers_open = false,
                 },
                 Some(ended) = running.join_next_with_id() => {
-                    let Ended { place, again, not_ready, wrote } = match ended {
+                    let Ended { place, again, not_ready, wrote, put_off } = match ended {
                         Ok((id, ended)) => {
                             running_for.remove(&id);
                             ended
@@ -464,14 +472,14 @@ impl Work {
                             let Some(place) = running_for.remove(&err.id()) else { continue };
                             tracing::error!("{place}: the reconcile panicked ({err}); retrying in {}s", PANIC_RETRY.as_secs());
                             let not_ready = Some("the reconcile panicked".into());
-                            Ended { place, again: Some(PANIC_RETRY), not_ready, wrote: false }
+                            Ended { place, again: Some(PANIC_RETRY), not_ready, wrote: false, put_off: false }
                         }
                     };
                     queue.done(&place);
                     if let Some(after) = again {
                         queue.add_after(place.clone(), after, Instant::now());
                     }
-                    if let Some(once) = &once {
+                    if let Some(once) = once.as_ref().filter(|_| !put_off) {
                         once.finished(&place, not_ready, wrote);
                     }
                 }
@@ -494,7 +502,7 @@ impl Work {
 /// look at it again. A parent that first looks for its children (`Context::look`) waits for that
 /// without a slot, and is then reconciled from the caches as they are.
 async fn reconcile(shared: Arc<Shared>, place: Place, slots: Arc<Semaphore>) -> Ended {
-    let ended = |again, not_ready, wrote| Ended { place: place.clone(), again, not_ready, wrote };
+    let ended = |again, not_ready, wrote| Ended { place: place.clone(), again, not_ready, wrote, put_off: false };
     // Deleted after it was triggered: nothing left to do.
     let Some(mut parent) = shared.parents.get(&place) else { return ended(None, None, false) };
     crate::controller::stages::reached("started", &parent.metadata);
@@ -514,7 +522,8 @@ async fn reconcile(shared: Arc<Shared>, place: Place, slots: Arc<Semaphore>) -> 
     let children = shared.children_of(&place);
     let result = ctx.reconcile(&parent, children, looked).await;
     let concluded = conclude(ctx, parent.metadata.uid.as_deref().unwrap_or_default(), &result);
-    ended(concluded.again, concluded.not_ready, result.as_ref().is_ok_and(|done| done.wrote))
+    let put_off = matches!(result, Ok(Done { outcome: Outcome::Ignored, resync_after: Some(_), .. }));
+    Ended { put_off, ..ended(concluded.again, concluded.not_ready, result.as_ref().is_ok_and(|done| done.wrote)) }
 }
 
 /// The triggers from one related type's metadata watch, across the cluster.
