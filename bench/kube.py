@@ -114,6 +114,8 @@ class Watch:
         # What the list and the watch have shown, as (namespace, name): the ones a new list no longer shows
         # are reported deleted.
         self.known = set()
+        # How often it was cut (or its list failed) after its first list, and started over with a list.
+        self.restarts = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -135,43 +137,60 @@ class Watch:
         return listed["metadata"]["resourceVersion"]
 
     def _run(self):
-        try:
+        version = None
+        while not self.stopping.is_set():
+            try:
+                version = self._follow(version)
+            except Exception as err:  # noqa: BLE001 - reported by wait_listed / stop unless we caused it
+                if self.stopping.is_set():
+                    return
+                if not self.listed.is_set():
+                    self.error = err
+                    self.listed.set()
+                    return
+                # A stream cut or a list that failed (a relist of 100,000 objects under load can outlast
+                # the request's timeout): listed again, so that what changed meanwhile is not missed, where
+                # a watch that ended here would leave its readers waiting on what it last saw.
+                self.restarts += 1
+                version = None
+                time.sleep(1)
+
+    def _follow(self, version):
+        """Lists when `version` is None, then follows the changes until stopped; returns the last version."""
+        if version is None:
             version = self._list()
             self.listed.set()
-            sep = "&" if "?" in self.path else "?"
-            while not self.stopping.is_set():
-                self.conn = self.api._connect()
-                query = f"{sep}watch=1&allowWatchBookmarks=true&resourceVersion={version}&timeoutSeconds=240"
-                headers = {"Accept": "application/json", "User-Agent": "samplectl-bench"}
-                self.conn.request("GET", self.path + query, headers=headers)
-                resp = self.conn.getresponse()
-                if resp.status == 410:
-                    resp.read()
-                    version = self._list()
+        sep = "&" if "?" in self.path else "?"
+        while not self.stopping.is_set():
+            self.conn = self.api._connect()
+            query = f"{sep}watch=1&allowWatchBookmarks=true&resourceVersion={version}&timeoutSeconds=240"
+            headers = {"Accept": "application/json", "User-Agent": "samplectl-bench"}
+            self.conn.request("GET", self.path + query, headers=headers)
+            resp = self.conn.getresponse()
+            if resp.status == 410:
+                resp.read()
+                version = self._list()
+                continue
+            if resp.status != 200:
+                raise ApiError(resp.status, resp.read().decode(errors="replace"))
+            for line in iter(resp.readline, b""):
+                event = json.loads(line)
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    # The stream ends after it; from the same version, every watch would end so again.
+                    if obj.get("code") == 410:
+                        version = self._list()
+                    break
+                version = obj.get("metadata", {}).get("resourceVersion", version)
+                if event["type"] == "BOOKMARK":
                     continue
-                if resp.status != 200:
-                    raise ApiError(resp.status, resp.read().decode(errors="replace"))
-                for line in iter(resp.readline, b""):
-                    event = json.loads(line)
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        # The stream ends after it; from the same version, every watch would end so again.
-                        if obj.get("code") == 410:
-                            version = self._list()
-                        break
-                    version = obj.get("metadata", {}).get("resourceVersion", version)
-                    if event["type"] == "BOOKMARK":
-                        continue
-                    if event["type"] == "DELETED":
-                        self.known.discard(self._key(obj))
-                    else:
-                        self.known.add(self._key(obj))
-                    self.on_event(event["type"], obj, time.monotonic())
-                self.conn.close()
-        except Exception as err:  # noqa: BLE001 - reported by wait_listed / stop unless we caused it
-            if not self.stopping.is_set():
-                self.error = err
-                self.listed.set()
+                if event["type"] == "DELETED":
+                    self.known.discard(self._key(obj))
+                else:
+                    self.known.add(self._key(obj))
+                self.on_event(event["type"], obj, time.monotonic())
+            self.conn.close()
+        return version
 
     def wait_listed(self, timeout=60):
         if not self.listed.wait(timeout) or self.error:

@@ -146,7 +146,10 @@ class FakeApi:
         self.lists, self.streams, self.done = list(lists), list(streams), done
 
     def request(self, method, path):
-        return self.lists.pop(0)
+        listed = self.lists.pop(0)
+        if isinstance(listed, Exception):
+            raise listed
+        return listed
 
     def _connect(self):
         api = self
@@ -184,6 +187,18 @@ class WatchRelists(unittest.TestCase):
                 "labels": {"shard.samplectl.io/bench": member}}
         return {"metadata": meta, "data": {"testString": "x"}}
 
+    GONE = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+
+    def follow(self, lists, streams, labels):
+        """A watch of the fake API until its last stream ends; it must end without an error."""
+        watch = None
+        api = FakeApi(lists, streams, lambda: watch.stopping.set())
+        watch = Watch.__new__(Watch)
+        Watch.__init__(watch, api, "/api/v1/namespaces/ns/configmaps", labels)
+        watch.thread.join(5)
+        self.assertIsNone(watch.error)
+        return watch
+
     def test_a_watch_told_its_version_is_gone_lists_again_and_reports_what_went(self):
         labels = Labels()
         lists = [
@@ -191,15 +206,22 @@ class WatchRelists(unittest.TestCase):
             # Listed again after the 410: a moved, b gone, c new.
             {"metadata": {"resourceVersion": "90"}, "items": [self.item("a", "m2", "80"), self.item("c", "m2", "85")]},
         ]
-        gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
-        streams = [[{"type": "MODIFIED", "object": self.item("b", "m1", "11")}, gone], []]
-        watch = None
-        api = FakeApi(lists, streams, lambda: watch.stopping.set())
-        watch = Watch.__new__(Watch)
-        Watch.__init__(watch, api, "/api/v1/namespaces/ns/configmaps", labels)
-        watch.thread.join(5)
-        self.assertIsNone(watch.error)
+        streams = [[{"type": "MODIFIED", "object": self.item("b", "m1", "11")}, self.GONE], []]
+        watch = self.follow(lists, streams, labels)
         self.assertEqual(labels.now, {"a": ("m2", None), "c": ("m2", None)})
+        labels.wait(on({"m2"}), 0)
+
+    def test_a_watch_whose_list_fails_after_it_began_lists_again_rather_than_stop(self):
+        labels = Labels()
+        lists = [
+            {"metadata": {"resourceVersion": "10"}, "items": [self.item("a", "m1", "5")]},
+            # The relist after the 410 times out; the one after that brings the move.
+            TimeoutError("timed out"),
+            {"metadata": {"resourceVersion": "90"}, "items": [self.item("a", "m2", "80")]},
+        ]
+        streams = [[self.GONE], []]
+        watch = self.follow(lists, streams, labels)
+        self.assertEqual(watch.restarts, 1)
         labels.wait(on({"m2"}), 0)
 
 
