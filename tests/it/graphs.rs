@@ -467,7 +467,13 @@ fn a_broken_graph_is_said_and_a_foreign_object_is_not_taken() {
     assert_eq!(accepted["message"], "failed to build dependency graph: graph contains a cycle: a -> b -> a");
     assert_eq!(broken["status"]["state"], "Inactive");
     assert_eq!(condition(&broken, "Ready").unwrap()["status"], "False");
-    assert!(run.stderr().contains(&format!("cannot run ResourceGraphDefinition \"{cyclic}\"")), "{}", run.stderr());
+    // Said once the refusal is written to the RGD's status: looked for until it is.
+    eventually(SOON, "the refusal said", || {
+        match run.stderr().contains(&format!("cannot run ResourceGraphDefinition \"{cyclic}\"")) {
+            true => Ok(()),
+            false => Err(run.stderr()),
+        }
+    });
 
     // Someone else's ConfigMap holds the name the fine RGD's instance wants.
     apply(
