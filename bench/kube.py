@@ -152,6 +152,8 @@ class Watch:
                 # the request's timeout): listed again, so that what changed meanwhile is not missed, where
                 # a watch that ended here would leave its readers waiting on what it last saw.
                 self.restarts += 1
+                if self.conn is not None:
+                    self.conn.close()
                 version = None
                 time.sleep(1)
 

@@ -32,7 +32,7 @@ use super::adopting::Claim;
 use super::take_in::Found;
 use super::{Context, Done, Outcome, RECONCILE_TIMEOUT, ReconcileError, failure, key, uid};
 use crate::controller::rules::children::{ChildKey, Observed, controlled_by};
-use crate::controller::rules::shard::{Member, drain_label, read_before_release};
+use crate::controller::rules::shard::{Member, drain_label, read_before};
 
 /// How often a member looks again for the children of a parent it holds whatever their member label.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(600);
@@ -151,7 +151,7 @@ impl Context {
     pub(super) fn released_since(&self, parent: &DynamicObject) -> bool {
         let mut released = self.memory.released.lock().unwrap_or_else(|e| e.into_inner());
         let Some(at) = released.get(&uid(parent)) else { return false };
-        let before = read_before_release(parent.metadata.resource_version.as_deref(), at);
+        let before = read_before(parent.metadata.resource_version.as_deref(), at);
         if !before {
             released.remove(&uid(parent));
         }

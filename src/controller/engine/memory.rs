@@ -16,7 +16,7 @@ use super::related::Related;
 use super::written::WrittenStatuses;
 use crate::controller::rules::children::ChildKey;
 use crate::controller::rules::next::Retry;
-use crate::controller::rules::shard::read_before_release;
+use crate::controller::rules::shard::read_before;
 
 pub struct Memory {
     pub(super) retry: Backoff,
@@ -68,7 +68,7 @@ impl Memory {
     pub(super) fn behind_own_write(&self, uid: &str, version: Option<&str>) -> bool {
         let mut own = self.own_writes.lock().unwrap_or_else(|e| e.into_inner());
         let Some(written) = own.get(uid) else { return false };
-        let behind = read_before_release(version, written);
+        let behind = read_before(version, written);
         if !behind {
             own.remove(uid);
         }

@@ -143,13 +143,14 @@ impl Member {
     }
 }
 
-/// Whether a copy of a parent at `version` was read before this member's own release of it, which left
-/// the parent at `released` (both resourceVersions). A driver's copy can lag behind the release: written
-/// from, it would send the children's writes of a parent already handed over (the parent's own writes
-/// are refused by their guard, a child's are not). Versions that are not numbers are not compared.
-pub fn read_before_release(version: Option<&str>, released: &str) -> bool {
-    match (version.and_then(|v| v.parse::<u64>().ok()), released.parse::<u64>()) {
-        (Some(copy), Ok(released)) => copy < released,
+/// Whether a copy of a parent at `version` was read before a write of this process left the parent at
+/// `written` (both resourceVersions): a member's own release of it (`handover`), or any write the engine
+/// made (`Memory::behind_own_write`). A driver's copy can lag behind such a write, and what is decided
+/// from it is out of date: after a release, a child's write would not be refused by any guard.
+/// Versions that are not numbers are not compared.
+pub fn read_before(version: Option<&str>, written: &str) -> bool {
+    match (version.and_then(|v| v.parse::<u64>().ok()), written.parse::<u64>()) {
+        (Some(copy), Ok(written)) => copy < written,
         _ => false,
     }
 }
@@ -279,10 +280,10 @@ mod tests {
 
     #[test]
     fn a_copy_read_before_the_member_let_go_is_told_apart() {
-        assert!(read_before_release(Some("41"), "42"), "the drained copy, before the release");
-        assert!(read_before_release(Some("9"), "10"), "compared as numbers, not text");
-        assert!(!read_before_release(Some("42"), "42"), "the release itself");
-        assert!(!read_before_release(Some("57"), "42"), "labelled for this member again since");
-        assert!(!read_before_release(Some("x"), "42") && !read_before_release(None, "42"));
+        assert!(read_before(Some("41"), "42"), "the drained copy, before the release");
+        assert!(read_before(Some("9"), "10"), "compared as numbers, not text");
+        assert!(!read_before(Some("42"), "42"), "the release itself");
+        assert!(!read_before(Some("57"), "42"), "labelled for this member again since");
+        assert!(!read_before(Some("x"), "42") && !read_before(None, "42"));
     }
 }

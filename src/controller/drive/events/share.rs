@@ -33,7 +33,7 @@ use tokio::sync::{Notify, mpsc};
 use crate::cluster::scope;
 use crate::controller::engine::fence::Fence;
 use crate::controller::engine::request::bounded;
-use crate::controller::rules::shard::{Member, Shares, drain_label, read_before_release};
+use crate::controller::rules::shard::{Member, Shares, drain_label, read_before};
 
 /// How a binding's objects join the ring's controllers (the coordinator labels them from then on), with
 /// the namespace they are in (all when `None`).
@@ -227,7 +227,7 @@ impl Share {
         };
         let known = leaving.released.as_ref().map_or(&leaving.version, |(v, _)| v);
         // Not newer than what is known: the same copy, or one a watch behind brings.
-        if version == *known || read_before_release(Some(&version), known) {
+        if version == *known || read_before(Some(&version), known) {
             return match leaving.released {
                 Some(_) => Seen::Stale,
                 None if version == leaving.version => Seen::Leaving,
