@@ -23,12 +23,13 @@
 //! ends, so no other context of this process writes its children in between; the old writer was
 //! fenced before the parent was labelled for this member, which the look saw.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::adopting::Claim;
+use super::adopting::{Claim, Serves};
 use super::take_in::Found;
 use super::{Context, Done, Outcome, RECONCILE_TIMEOUT, ReconcileError, failure, key, uid};
 use crate::controller::rules::children::{ChildKey, Observed, controlled_by};
@@ -62,13 +63,14 @@ impl Context {
     /// Whether the next reconcile of `parent` first looks for its children whatever member they name:
     /// the first in this process of a parent labelled for its member (and not being moved away), and
     /// one every [`SWEEP_EVERY`] after. An adopter's context finds the children by the gone label's
-    /// watch; the whole look is made once the parent is labelled for this member.
+    /// watch, and looks for them only until that watch has listed them all (`children_complete`); the
+    /// whole look is made once the parent is labelled for this member.
     pub fn looks_first(&self, parent: &DynamicObject) -> bool {
         let Some(member) = &self.writer.member else { return false };
-        if self.writer.adopting.as_ref().is_some_and(|a| a.adopter)
-            || !member.marked(&parent.metadata)
-            || member.drained_to(&parent.metadata).is_some()
-        {
+        if self.writer.adopting.as_ref().is_some_and(|a| a.adopter) {
+            return self.children_partial.load(Ordering::Relaxed) && member.marked(&parent.metadata);
+        }
+        if !member.marked(&parent.metadata) || member.drained_to(&parent.metadata).is_some() {
             return false;
         }
         let swept = self.memory.swept.lock().unwrap_or_else(|e| e.into_inner()).get(&uid(parent)).copied();
@@ -80,6 +82,10 @@ impl Context {
     /// reconciling it.
     pub async fn look(&self, parent: &DynamicObject) -> Result<Option<Looked>, ReconcileError> {
         if !self.looks_first(parent) || self.released_since(parent) {
+            return Ok(None);
+        }
+        // An adopter looks only for the parents the records give this member; the others are skipped.
+        if self.serves(parent).is_some_and(|serves| serves != Serves::Yes) {
             return Ok(None);
         }
         let parent_uid = uid(parent);
@@ -134,8 +140,13 @@ impl Context {
                 namespace: found.metadata.namespace.clone().unwrap_or_default(),
                 name: found.metadata.name.clone().unwrap_or_default(),
             };
-            // The driver's copy is this member's own and as recent; a listed one is another's.
-            children.entry(place).or_insert(found);
+            // The newer copy: the driver's is this member's own and usually as recent, but an adopter's
+            // watch may still be listing (its copy from before the look's list).
+            let listed = found.metadata.resource_version.as_deref().unwrap_or_default();
+            match children.get(&place) {
+                Some(held) if !read_before(held.metadata.resource_version.as_deref(), listed) => {}
+                _ => drop(children.insert(place, found)),
+            }
         }
         Ok((children, true))
     }

@@ -142,6 +142,10 @@ pub struct Context {
     lookups: Arc<take_in::Lookups>,
     /// This controller's driver has seen all its parents once (for /readyz).
     listed: AtomicBool,
+    /// The driver's caches of the children are not complete yet, and a reconcile looks for the parent's
+    /// children itself: an adopter's, which lists a silent member's parents before their children so
+    /// that the changed ones can be served as soon as the record comes (`handover::looks_first`).
+    children_partial: AtomicBool,
 }
 
 pub fn key(object: &DynamicObject) -> String {
@@ -191,8 +195,18 @@ impl Context {
         let memory = Memory::new(Related::new(definition.sync.version()));
         let events = EventQueue::new(client.clone(), reporter);
         let lookups = take_in::Lookups::new(client.clone(), definition.clone());
-        let listed = AtomicBool::new(false);
-        Context { definition, client, writer, serving: serving.clone(), memory, events, lookups, listed }
+        let (listed, children_partial) = (AtomicBool::new(false), AtomicBool::new(false));
+        Context {
+            definition,
+            client,
+            writer,
+            serving: serving.clone(),
+            memory,
+            events,
+            lookups,
+            listed,
+            children_partial,
+        }
     }
 
     /// A context of the same controller serving, under the gone incarnation `label`, the parents the
@@ -206,6 +220,14 @@ impl Context {
         // Its lists say nothing of the controller's readiness (/readyz counts the member's own).
         ctx.listed.store(true, Ordering::Relaxed);
         Some(ctx)
+    }
+
+    /// Whether this adopter's context serves `parent` now (the records as read, `Adopting::serves`);
+    /// `None` in any other context.
+    fn serves(&self, parent: &DynamicObject) -> Option<Serves> {
+        let adopting = self.writer.adopting.as_ref().filter(|a| a.adopter)?;
+        let label = self.writer.member.as_ref().map(|m| m.incarnation.as_str()).unwrap_or_default();
+        Some(adopting.serves(label, &uid(parent), parent.metadata.resource_version.as_deref()))
     }
 
     /// How this member serves gone incarnations' parents, in a shard ring.
@@ -244,6 +266,12 @@ impl Context {
         if !self.listed.swap(true, Ordering::Relaxed) {
             self.serving.health.synced();
         }
+    }
+
+    /// Whether the driver's caches hold every child of its parents (true unless a driver says otherwise);
+    /// while they do not, each reconcile looks for its parent's children whatever member they name.
+    pub fn children_complete(&self, complete: bool) {
+        self.children_partial.store(!complete, Ordering::Relaxed);
     }
 
     /// Whether the driver has seen every parent once.
@@ -319,22 +347,21 @@ impl Context {
         }
         // One reconcile of a parent at a time in a member, whichever of its contexts holds it.
         let _claim = match &self.writer.adopting {
-            // Held since before the look made ahead.
-            Some(_) if claimed.is_some() => claimed,
             Some(adopting) => {
-                let version = parent.metadata.resource_version.as_deref();
-                if adopting.adopter {
-                    let label = self.writer.member.as_ref().map(|m| m.incarnation.as_str()).unwrap_or_default();
-                    match adopting.serves(label, &uid(parent), version) {
-                        Serves::Yes => {}
-                        // Read again within a retry period, or the coordinator relabels it meanwhile.
-                        Serves::Stale => return Ok(ignored(Some(adopting.fresh_for / 4))),
-                        Serves::NotOurs | Serves::Behind => return Ok(ignored(None)),
-                    }
+                // Asked again after a look made ahead: the records may have changed while it waited.
+                match self.serves(parent) {
+                    None | Some(Serves::Yes) => {}
+                    // Read again within a retry period, or the coordinator relabels it meanwhile.
+                    Some(Serves::Stale) => return Ok(ignored(Some(adopting.fresh_for / 4))),
+                    Some(Serves::NotOurs | Serves::Behind) => return Ok(ignored(None)),
                 }
-                match adopting.claim(&uid(parent), version) {
+                match claimed {
+                    // Held since before the look made ahead.
                     Some(claim) => Some(claim),
-                    None => return Ok(ignored(Some(CLAIMED_RETRY))),
+                    None => match adopting.claim(&uid(parent), parent.metadata.resource_version.as_deref()) {
+                        Some(claim) => Some(claim),
+                        None => return Ok(ignored(Some(CLAIMED_RETRY))),
+                    },
                 }
             }
             None => None,

@@ -112,6 +112,9 @@ impl Watch {
                 Seen::Listing(object) => (object, false, true),
                 Seen::Listed => {
                     listed.send_modify(|listed| listed[kind] = true);
+                    if listed.borrow().iter().all(|listed| *listed) {
+                        ctx.children_complete(true);
+                    }
                     return parents.places();
                 }
             };
@@ -176,13 +179,14 @@ impl Watch {
     }
 
     /// The parents themselves, each triggered once the cache holds it (see the module's comment); they
-    /// start flowing once every child cache has its first full list, or every early reconcile would miss
-    /// in it and write (or read) its children through the API server instead.
+    /// start flowing once every child cache has its first full list (`gate`), or every early reconcile
+    /// would miss in it and write (or read) its children through the API server instead. An adopter's
+    /// are not held back: its parents are listed before their children (`run`).
     fn parents(
         &self,
         (cache, events): (Cache<DynamicObject>, impl Stream<Item = WatchEvent> + Send + 'static),
         once: Option<Arc<Once>>,
-        mut listed: watch::Receiver<Vec<bool>>,
+        gate: Option<watch::Receiver<Vec<bool>>>,
         unserved: Option<Arc<Unserved>>,
     ) -> Triggers {
         let (ctx, started) = (self.ctx.clone(), Instant::now());
@@ -238,15 +242,19 @@ impl Watch {
                 };
                 if first {
                     let (plural, took) = (&ctx.definition.family.parent.ar.plural, started.elapsed().as_secs_f64());
-                    let (whose, then) = match &unserved {
-                        Some(_) => (format!(" ({})", ctx.parent_labels()), ""),
-                        None => (String::new(), "; looking at each"),
-                    };
-                    tracing::info!(
-                        controller = ctx.definition.name,
-                        "listed {} {plural}{whose} and their children in {took:.1}s{then}",
-                        all.len()
-                    );
+                    match &unserved {
+                        Some(_) => tracing::info!(
+                            controller = ctx.definition.name,
+                            "listed {} {plural} ({}) in {took:.1}s; their children next",
+                            all.len(),
+                            ctx.parent_labels()
+                        ),
+                        None => tracing::info!(
+                            controller = ctx.definition.name,
+                            "listed {} {plural} and their children in {took:.1}s; looking at each",
+                            all.len()
+                        ),
+                    }
                 }
                 // /readyz: this replica has seen every parent.
                 ctx.listed();
@@ -256,12 +264,15 @@ impl Watch {
                 all
             }
         });
-        stream::once(async move {
-            let _ = listed.wait_for(|listed| listed.iter().all(|l| *l)).await;
-            parents
-        })
-        .flatten()
-        .boxed()
+        match gate {
+            Some(mut listed) => stream::once(async move {
+                let _ = listed.wait_for(|listed| listed.iter().all(|l| *l)).await;
+                parents
+            })
+            .flatten()
+            .boxed(),
+            None => parents,
+        }
     }
 
     /// Runs until `stop` turns true; with `once`, until every parent of the first full list has been
@@ -272,10 +283,37 @@ impl Watch {
         let parents = parents_feed.0.clone();
         let owners = Arc::new(Mutex::new(Owners::default()));
         let tracker = once.then(|| Arc::new(Once::new()));
-
         let (listed, listed_rx) = watch::channel(vec![false; family.children.len()]);
-        let mut children = Vec::new();
+        let adopter = self.ctx.adopting().filter(|a| a.adopter);
+        let unserved = adopter.map(|_| Arc::new(Unserved::default()));
+
         let mut triggers: Vec<Triggers> = Vec::new();
+        let mut records = None;
+        match (adopter, &unserved) {
+            // An adopter lists the silent member's parents before their children, so that the parents
+            // changed meanwhile are known (and served, each looking for its own children, as soon as
+            // the record comes) without waiting behind a list of all their children too: at 100,000
+            // Samples the two lists side by side took 14 to 16 s, where the record comes after 17 s.
+            (Some(adopting), Some(unserved)) => {
+                self.ctx.children_complete(family.children.is_empty());
+                let mut parent_triggers = self.parents(parents_feed, None, None, Some(unserved.clone()));
+                let mut stopped = stop.clone();
+                // What the parents' list triggers goes nowhere: nothing is reconciled before the
+                // records say so, and the children's list triggers every parent when it is through.
+                while !*unserved.listed.borrow() {
+                    tokio::select! {
+                        next = parent_triggers.next() => if next.is_none() { break },
+                        _ = stopped.wait_for(|s| *s) => return Ok(None),
+                    }
+                }
+                triggers.push(parent_triggers);
+                let records_read = adopting.records.clone();
+                records = Some(records_changed(records_read, parents.clone(), unserved.clone(), listed_rx.clone()));
+            }
+            _ => triggers.push(self.parents(parents_feed, tracker.clone(), Some(listed_rx.clone()), None)),
+        }
+        let started = Instant::now();
+        let mut children = Vec::new();
         for kind in 0..family.children.len() {
             let (cache, events) =
                 self.hub.objects(&family.children[kind].ar, self.child_namespace(kind), &self.ctx.child_labels());
@@ -283,24 +321,46 @@ impl Watch {
             triggers.push(self.labelled_children(kind, events, &parents, &owners, &listed));
             triggers.push(self.other_objects(kind, &parents));
         }
-        triggers.push(self.related());
-        let unserved = self.ctx.adopting().filter(|a| a.adopter).map(|_| Arc::new(Unserved::default()));
-        if let (Some(adopting), Some(unserved)) = (self.ctx.adopting(), &unserved) {
-            triggers.push(records_changed(adopting.records.clone(), parents.clone(), unserved.clone()));
+        if unserved.is_some() {
+            triggers.push(self.children_listed(listed_rx.clone(), started));
         }
-        let all_listed = listed_rx.clone();
-        triggers.push(self.parents(parents_feed, tracker.clone(), listed_rx, unserved.clone()));
+        triggers.push(self.related());
         // Nothing is reconciled before every child cache holds its first full list: the shared parent
         // cache fills on its own, so a conflict watch's or one child type's first list could otherwise
         // trigger parents whose children are not cached yet (and they would be created again). What is
-        // dropped here is not lost: once all are listed, the parents' stream triggers every parent.
-        let triggers = stream::select_all(triggers)
+        // dropped here is not lost: once all are listed, the parents' stream triggers every parent. Only
+        // an adopter's records go ahead: its reconciles look for their own children until then.
+        let all_listed = listed_rx;
+        let gated = stream::select_all(triggers)
             .filter(move |_| futures::future::ready(all_listed.borrow().iter().all(|listed| *listed)));
+        let triggers = match records {
+            Some(records) => stream::select(gated, records).boxed(),
+            None => gated.boxed(),
+        };
 
         let shared = Arc::new(Shared { ctx: self.ctx.clone(), parents, children, owners });
         let work = Work { shared, resync: self.resync, concurrency: usize::from(self.concurrency.max(1)) };
-        work.run(triggers.boxed(), tracker.clone(), stop).await;
+        work.run(triggers, tracker.clone(), stop).await;
         Ok(tracker.map(|t| t.not_ready()))
+    }
+
+    /// An adopter's word that its children are listed too, and how long after its parents they took;
+    /// it triggers nothing (the children's own lists trigger every parent).
+    fn children_listed(&self, mut listed: watch::Receiver<Vec<bool>>, started: Instant) -> Triggers {
+        let ctx = self.ctx.clone();
+        stream::once(async move {
+            if listed.wait_for(|listed| listed.iter().all(|l| *l)).await.is_ok() {
+                let (plural, took) = (&ctx.definition.family.parent.ar.plural, started.elapsed().as_secs_f64());
+                tracing::info!(
+                    controller = ctx.definition.name,
+                    "listed the children of the {plural} ({}) in {took:.1}s",
+                    ctx.parent_labels()
+                );
+            }
+            stream::empty()
+        })
+        .flatten()
+        .boxed()
     }
 }
 
@@ -335,19 +395,22 @@ impl Unserved {
 /// Only the records count, from when this watch began: the same channel also says which members are
 /// silent, which changes what this member gets ready for, not what it serves (and a change of it
 /// would send the unserved, spent, before the record they wait for). Nothing is sent before the
-/// parents are listed: the run drops triggers until the children are, and the unserved are known only
-/// once the list is through. So a record read first is acted on then; and once at the start (a record
-/// may be older than this watch, whose list then sweeps every parent) the unserved are sent ahead,
-/// kept for the next record.
+/// parents are listed, since the unserved are known only once their list is through. The unserved
+/// go ahead of the children's list (each reconcile looks for its own children meanwhile); the sweep
+/// only once the children are listed too (`children`), and until then the end of their list, which
+/// triggers every parent, is the sweep. So a record read first is acted on then; and once at the
+/// start (a record may be older than this watch, whose lists then sweep every parent) the unserved are
+/// sent ahead, kept for the next record.
 fn records_changed(
     mut records: watch::Receiver<Published>,
     parents: Cache<DynamicObject>,
     unserved: Arc<Unserved>,
+    children: watch::Receiver<Vec<bool>>,
 ) -> Triggers {
     let listed = unserved.listed.subscribe();
     let seen = records.borrow_and_update().adoptions.clone();
     stream::unfold((records, listed, seen, true), move |(mut records, mut listed, mut seen, start)| {
-        let (parents, unserved) = (parents.clone(), unserved.clone());
+        let (parents, unserved, children) = (parents.clone(), unserved.clone(), children.clone());
         async move {
             if !start {
                 loop {
@@ -361,7 +424,7 @@ fn records_changed(
             }
             listed.wait_for(|listed| *listed).await.ok()?;
             let mut batches = vec![(unserved.take(start), Lane::Change)];
-            if !start {
+            if !start && children.borrow().iter().all(|listed| *listed) {
                 batches.push((parents.places(), Lane::Sweep));
             }
             Some((stream::iter(batches), (records, listed, seen, false)))
@@ -587,7 +650,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_adopter_looks_at_the_unserved_first_once_listed_and_at_each_change_of_the_records() {
+    async fn an_adopter_looks_at_the_unserved_first_once_listed_and_sweeps_once_the_children_are_too() {
         let ar = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         let parents = Cache::default();
         for name in ["a", "b", "c"] {
@@ -596,7 +659,8 @@ mod tests {
         let unserved = Arc::new(Unserved::default());
         unserved.add(Place::new("ns", "b"));
         let (records, read) = watch::channel(Published::default());
-        let mut triggers = records_changed(read, parents, unserved.clone());
+        let (children, children_read) = watch::channel(vec![false]);
+        let mut triggers = records_changed(read, parents, unserved.clone(), children_read);
         let quiet = Duration::from_millis(50);
         assert!(tokio::time::timeout(quiet, triggers.next()).await.is_err(), "nothing before the list is through");
 
@@ -618,10 +682,19 @@ mod tests {
                 published.adoptions = Arc::new(adoptions);
             }
         };
+        // A record comes while the children are still being listed: the unserved at once (each looks
+        // for its own children), and no sweep (the end of the children's list triggers every parent).
         records.send_modify(record("x_1"));
         assert_eq!(batch(triggers.next().await), (vec!["b".to_owned()], Lane::Change));
-        assert_eq!(batch(triggers.next().await), (vec!["a".into(), "b".into(), "c".into()], Lane::Sweep));
+        assert!(tokio::time::timeout(quiet, triggers.next()).await.is_err(), "no sweep before the children");
+
+        // Another once they are: the unserved first (none left), then every parent.
+        children.send_replace(vec![true]);
+        unserved.add(Place::new("ns", "c"));
         records.send_modify(record("y_1"));
+        assert_eq!(batch(triggers.next().await), (vec!["c".to_owned()], Lane::Change));
+        assert_eq!(batch(triggers.next().await), (vec!["a".into(), "b".into(), "c".into()], Lane::Sweep));
+        records.send_modify(record("z_1"));
         assert_eq!(batch(triggers.next().await), (Vec::new(), Lane::Change), "the unserved were taken");
         assert_eq!(batch(triggers.next().await).1, Lane::Sweep);
     }
