@@ -104,6 +104,14 @@ impl Adopting {
         }
     }
 
+    /// Whether a member of the ring is being failed over: the records as read show a member silent, or a
+    /// gone one whose parents are not all relabelled yet. What only keeps things tidy waits meanwhile
+    /// (`handover::looks_first`), so that the lists and writes of a failover have the API server.
+    pub fn failing_over(&self) -> bool {
+        let published = self.records.borrow();
+        !published.silent.is_empty() || !published.adoptions.is_empty()
+    }
+
     /// Claims the parent with `uid`, read at `version`, for one reconcile; `None` while another
     /// context of this process reconciles it.
     pub fn claim(&self, uid: &str, version: Option<&str>) -> Option<Claim> {
@@ -153,6 +161,21 @@ mod tests {
         assert_eq!(adopter.serves("a_1", "u", Some("5")), Serves::Stale);
         tx.send_replace(published(None));
         assert_eq!(adopter.serves("a_1", "u", Some("5")), Serves::Stale, "never read");
+    }
+
+    #[test]
+    fn a_failover_lasts_from_a_silent_member_until_its_record_is_retired() {
+        let (tx, rx) = watch::channel(Published::default());
+        let own = Adopting::new(rx, Duration::from_secs(10), "b_1".into());
+        assert!(!own.failing_over());
+        tx.send_modify(|published| {
+            published.silent.insert("a_1".into());
+        });
+        assert!(own.failing_over(), "a member silent");
+        tx.send_replace(published(Some(Instant::now())));
+        assert!(own.failing_over(), "its record read, its parents not all relabelled");
+        tx.send_replace(Published::default());
+        assert!(!own.failing_over(), "the record retired");
     }
 
     #[test]
