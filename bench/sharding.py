@@ -8,6 +8,7 @@ for the member its Sample is on (what the surviving member's reconciles write). 
 apart from the other members (another member must first take the coordinator's Lease over). Nothing here
 asserts anything."""
 
+import collections
 import concurrent.futures
 import re
 import subprocess
@@ -36,16 +37,14 @@ class Labels:
         # How many objects hold each (member, drain) pair: a wait's condition is read over these few
         # pairs, not over every object, since it is tested again at every event (a relabelling of
         # 100,000 objects would otherwise cost the bench N^2 and it, not the members, would be timed).
-        self.pairs = {}
+        self.pairs = collections.Counter()
         self.values = {}
         self.cond = threading.Condition()
 
     def _count(self, pair, step):
-        left = self.pairs.get(pair, 0) + step
-        if left:
-            self.pairs[pair] = left
-        else:
-            self.pairs.pop(pair, None)
+        self.pairs[pair] += step
+        if not self.pairs[pair]:
+            del self.pairs[pair]
 
     def __call__(self, kind, obj, at):
         name = obj["metadata"]["name"]
