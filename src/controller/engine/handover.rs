@@ -77,8 +77,8 @@ impl Context {
         match swept {
             None => true,
             // Each look again is a pass over every child of the namespace in the API server: at 100,000
-            // Samples three to five a second, which slowed a failover's lists to twice their time. They
-            // wait while a member is failed over; a child found then is found a few minutes later.
+            // Samples three to five a second, running on through a failover's lists. They wait while a
+            // member is failed over; a child they would find then is found a few minutes later.
             Some(at) => at.elapsed() >= SWEEP_EVERY && !self.writer.adopting.as_ref().is_some_and(|a| a.failing_over()),
         }
     }

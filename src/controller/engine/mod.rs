@@ -270,8 +270,9 @@ impl Context {
 
     /// Whether the driver's caches hold every child of its parents (true unless a driver says otherwise);
     /// while they do not, each reconcile looks for its parent's children whatever member they name.
-    pub fn children_complete(&self, complete: bool) {
-        self.children_partial.store(!complete, Ordering::Relaxed);
+    /// Returns whether they did not before.
+    pub fn children_complete(&self, complete: bool) -> bool {
+        self.children_partial.swap(!complete, Ordering::Relaxed)
     }
 
     /// Whether the driver has seen every parent once.

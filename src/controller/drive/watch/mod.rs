@@ -105,6 +105,7 @@ impl Watch {
     ) -> Triggers {
         let (ctx, family, parents, owners, listed) =
             (self.ctx.clone(), self.ctx.definition.family.clone(), parents.clone(), owners.clone(), listed.clone());
+        let started = Instant::now();
         triggers(events, move |seen| {
             let (object, deleted, listing) = match seen {
                 Seen::Applied(object) => (object, false, false),
@@ -112,8 +113,15 @@ impl Watch {
                 Seen::Listing(object) => (object, false, true),
                 Seen::Listed => {
                     listed.send_modify(|listed| listed[kind] = true);
-                    if listed.borrow().iter().all(|listed| *listed) {
-                        ctx.children_complete(true);
+                    // An adopter's children are listed after its parents (`run`): said once through.
+                    if listed.borrow().iter().all(|listed| *listed) && ctx.children_complete(true) {
+                        tracing::info!(
+                            controller = ctx.definition.name,
+                            "listed the children of the {} ({}) in {:.1}s",
+                            family.parent.ar.plural,
+                            ctx.parent_labels(),
+                            started.elapsed().as_secs_f64()
+                        );
                     }
                     return parents.places();
                 }
@@ -295,7 +303,7 @@ impl Watch {
             // the record comes) without waiting behind a list of all their children too: at 100,000
             // Samples the two lists side by side took 14 to 16 s, where the record comes after 17 s.
             (Some(adopting), Some(unserved)) => {
-                self.ctx.children_complete(family.children.is_empty());
+                let _ = self.ctx.children_complete(family.children.is_empty());
                 let mut parent_triggers = self.parents(parents_feed, None, None, Some(unserved.clone()));
                 let mut stopped = stop.clone();
                 // What the parents' list triggers goes nowhere: nothing is reconciled before the
@@ -312,7 +320,6 @@ impl Watch {
             }
             _ => triggers.push(self.parents(parents_feed, tracker.clone(), Some(listed_rx.clone()), None)),
         }
-        let started = Instant::now();
         let mut children = Vec::new();
         for kind in 0..family.children.len() {
             let (cache, events) =
@@ -320,9 +327,6 @@ impl Watch {
             children.push(cache);
             triggers.push(self.labelled_children(kind, events, &parents, &owners, &listed));
             triggers.push(self.other_objects(kind, &parents));
-        }
-        if unserved.is_some() {
-            triggers.push(self.children_listed(listed_rx.clone(), started));
         }
         triggers.push(self.related());
         // Nothing is reconciled before every child cache holds its first full list: the shared parent
@@ -342,25 +346,6 @@ impl Watch {
         let work = Work { shared, resync: self.resync, concurrency: usize::from(self.concurrency.max(1)) };
         work.run(triggers, tracker.clone(), stop).await;
         Ok(tracker.map(|t| t.not_ready()))
-    }
-
-    /// An adopter's word that its children are listed too, and how long after its parents they took;
-    /// it triggers nothing (the children's own lists trigger every parent).
-    fn children_listed(&self, mut listed: watch::Receiver<Vec<bool>>, started: Instant) -> Triggers {
-        let ctx = self.ctx.clone();
-        stream::once(async move {
-            if listed.wait_for(|listed| listed.iter().all(|l| *l)).await.is_ok() {
-                let (plural, took) = (&ctx.definition.family.parent.ar.plural, started.elapsed().as_secs_f64());
-                tracing::info!(
-                    controller = ctx.definition.name,
-                    "listed the children of the {plural} ({}) in {took:.1}s",
-                    ctx.parent_labels()
-                );
-            }
-            stream::empty()
-        })
-        .flatten()
-        .boxed()
     }
 }
 
