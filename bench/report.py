@@ -757,7 +757,9 @@ def failover_section(results, w, verdicts, out):
     w("## 11b. Failover at thousands\n")
     w("Three members of one ring (`reconcile --watch --shard-ring bench`, default lease timings: 15 s lease, 10 s "
       "renew deadline, 2 s retry) over N Samples, converged. A member that does not coordinate is killed "
-      "(SIGKILL), then the coordinator. Right after each kill, up to 200 of the victim's Samples, spread over its "
+      "(SIGKILL), then the coordinator, each at rest: once every member has used almost no CPU for 5 s (the "
+      "burst's last writes and Events done, and after the first kill the labels and children followed). "
+      "Right after each kill, up to 200 of the victim's Samples, spread over its "
       "share, are changed: **served** is the time from the kill until every one of their ConfigMaps holds the "
       "change, as the bench's own watch sees it. The survivors serve a gone member's Samples by the adoption "
       "record the coordinator writes on its Lease once it gives the member up, before any Sample is relabelled "

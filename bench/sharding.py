@@ -212,9 +212,15 @@ def settle(wait, timeout):
         return None
 
 
+# Seconds of near-idle CPU in every member before a kill: a member's renewals and the odd Event stay
+# under the 2% settle() allows.
+QUIET = 5.0
+
+
 def failover(bench, sizes, log, probes=PROBES):
     """Three members over `size` Samples; a member that does not coordinate is killed (SIGKILL), then the
-    coordinator. Right after each kill, `probes` of the victim's Samples, spread over its share, are
+    coordinator, each at rest: every member has been quiet for QUIET seconds (the burst's Events and
+    its last writes done, and after the first kill the labels and children followed). Right after each kill, `probes` of the victim's Samples, spread over its share, are
     changed: failover is the time from the kill until every probe's ConfigMap holds the change (its
     Samples served again), against the aim of 1.2 x (lease duration + retry period). Then, how long the
     labels take to follow (every Sample labelled for a survivor) and the children (every ConfigMap)."""
@@ -241,6 +247,11 @@ def failover(bench, sizes, log, probes=PROBES):
             leader = coordinator(bench, ns)
             victim = leader if case == "coordinator" else next(m for m in sorted(procs) if m != leader)
             survivors = {ids[n] for n in procs if n != victim}
+            t_rest = time.monotonic()
+            for p in procs.values():
+                p.settle(quiet=QUIET, timeout=patience)
+            rest = time.monotonic() - t_rest
+            log(f"failover {size}: members at rest after {rest:.0f}s; killing the {case}")
             held = samples.held_by(ids[victim])
             chosen = held[:: max(1, len(held) // probes)][:probes]
             value = f"after the {case} was killed"
@@ -254,6 +265,7 @@ def failover(bench, sizes, log, probes=PROBES):
             labelled = settle(lambda t: samples.wait(on(survivors), t), FOLLOW_WAIT)  # noqa: B023
             children = settle(lambda t: maps.wait(on(survivors), t), FOLLOW_WAIT)  # noqa: B023
             result = {
+                "rest_seconds": rest,
                 "held": len(held),
                 "probes": len(chosen),
                 "probes_changed_seconds": changed,
