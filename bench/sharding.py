@@ -220,10 +220,11 @@ QUIET = 5.0
 def failover(bench, sizes, log, probes=PROBES):
     """Three members over `size` Samples; a member that does not coordinate is killed (SIGKILL), then the
     coordinator, each at rest: every member has been quiet for QUIET seconds (the burst's Events and
-    its last writes done, and after the first kill the labels and children followed). Right after each kill, `probes` of the victim's Samples, spread over its share, are
-    changed: failover is the time from the kill until every probe's ConfigMap holds the change (its
-    Samples served again), against the aim of 1.2 x (lease duration + retry period). Then, how long the
-    labels take to follow (every Sample labelled for a survivor) and the children (every ConfigMap)."""
+    its last writes done, and after the first kill the labels and children followed). Right after each
+    kill, `probes` of the victim's Samples, spread over its share, are changed: failover is the time from
+    the kill until every probe's ConfigMap holds the change (its Samples served again), against the aim
+    of 1.2 x (lease duration + retry period). Then, how long the labels take to follow (every Sample
+    labelled for a survivor) and the children (every ConfigMap)."""
     out = {}
     for size in sizes:
         ns = f"bench-failover-{size}"

@@ -497,9 +497,6 @@ impl Coordinator {
                 Some(listed) = listing.join_next() => {
                     match listed.map_err(anyhow::Error::from).and_then(|l| l).map(|l| self.take(members, l)) {
                         Ok((versions, listed_records)) => {
-                            if adoptions_now.is_none() {
-                                epoch += 1;
-                            }
                             let adoptions = adoptions_now.get_or_insert(listed_records);
                             let complete = followed.keys().all(|id| listed_once.contains(id));
                             if records.retire(adoptions, &parents, complete, self.lease_duration) {
