@@ -215,6 +215,16 @@ def settle(wait, timeout):
 # Seconds of near-idle CPU in every member before a kill: a member's renewals and the odd Event stay
 # under the 2% settle() allows.
 QUIET = 5.0
+# samplectl's default --resync, which the members run with: each looks at every parent again this often
+# from its start, and a parent whose children it looked for that long ago looks for them again. At
+# 100,000 Samples those lists keep the API server busy for a minute or two, so each kill's place in this
+# cycle goes into the results beside its figures.
+RESYNC = 600.0
+
+
+def into_cycle(since_start, period=RESYNC):
+    """Seconds since the last resync of members started `since_start` seconds ago (none before the first)."""
+    return since_start % period if since_start >= period else None
 
 
 def failover(bench, sizes, log, probes=PROBES):
@@ -234,6 +244,7 @@ def failover(bench, sizes, log, probes=PROBES):
         watches = [Watch(bench.api, samples_path(ns), samples), Watch(bench.api, managed, maps)]
         for w in watches:
             w.wait_listed(timeout=120)
+        members_started = time.monotonic()
         procs = {f"m{i}": member(bench, ns, f"m{i}") for i in range(3)}
         ids = {name: incarnation(p, name) for name, p in procs.items()}
         time.sleep(3)
@@ -258,6 +269,7 @@ def failover(bench, sizes, log, probes=PROBES):
             value = f"after the {case} was killed"
             t0 = time.monotonic()
             procs[victim].proc.kill()
+            cycle = into_cycle(t0 - members_started)
             procs.pop(victim).stop()
             probe(bench, ns, chosen, value)
             changed = time.monotonic() - t0
@@ -267,6 +279,7 @@ def failover(bench, sizes, log, probes=PROBES):
             children = settle(lambda t: maps.wait(on(survivors), t), FOLLOW_WAIT)  # noqa: B023
             result = {
                 "rest_seconds": rest,
+                "into_resync_seconds": cycle,
                 "held": len(held),
                 "probes": len(chosen),
                 "probes_changed_seconds": changed,
@@ -277,8 +290,9 @@ def failover(bench, sizes, log, probes=PROBES):
             }
             row[f"kill_{case}"] = result
             after = lambda x: f"{x:.1f}s" if x is not None else "not within the wait"  # noqa: E731
-            log(f"failover {size}: SIGKILL of the {case} ({victim}, {len(held)} Samples): {len(chosen)} changed "
-                f"within {changed:.1f}s, all served after {served:.1f}s; labels followed after "
+            when = f"{cycle:.0f}s into a resync" if cycle is not None else "before the first resync"
+            log(f"failover {size}: SIGKILL of the {case} ({victim}, {len(held)} Samples, {when}): "
+                f"{len(chosen)} changed within {changed:.1f}s, all served after {served:.1f}s; labels followed after "
                 f"{after(result['labels_seconds'])}, children after {after(result['children_seconds'])}")
         total, row["not_ready"], row["configmaps_wrong"] = nothing_lost(bench, ns)
         out[str(size)] = row

@@ -9,7 +9,7 @@ import tempfile
 from kube import Watch
 from metacontroller import neutral_stages
 from scenarios import audit_verbs, request_delta
-from sharding import Labels, on
+from sharding import Labels, into_cycle, on
 from stats import pct, spread
 
 
@@ -223,6 +223,14 @@ class WatchRelists(unittest.TestCase):
         watch = self.follow(lists, streams, labels)
         self.assertEqual(watch.restarts, 1)
         labels.wait(on({"m2"}), 0)
+
+
+class ResyncCycle(unittest.TestCase):
+    def test_a_kill_is_placed_in_the_members_resync_cycle(self):
+        self.assertIsNone(into_cycle(599.0), "no resync yet")
+        self.assertEqual(into_cycle(600.0), 0.0)
+        self.assertEqual(into_cycle(1241.0), 41.0)
+        self.assertEqual(into_cycle(70.0, period=30.0), 10.0)
 
 
 if __name__ == "__main__":
