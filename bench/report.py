@@ -783,9 +783,12 @@ def failover_section(results, w, verdicts, out):
             if not r:
                 continue
             rss = ", ".join(f"{n} {v:.0f}" for n, v in sorted(r["survivor_peak_rss_mib"].items()))
-            # Results measured before the bench recorded it say "unknown".
-            cycle = r.get("into_resync_seconds", "unknown")
-            cycle = "none yet" if cycle is None else cycle if isinstance(cycle, str) else f"{cycle:.0f}"
+            if "into_resync_seconds" not in r:
+                cycle = "unknown"  # measured before the bench recorded it
+            elif r["into_resync_seconds"] is None:
+                cycle = "none yet"
+            else:
+                cycle = f"{r['into_resync_seconds']:.0f}"
             w(f"| {int(size):,} | {case} | {r['held']:,} | {cycle} | {r['probes_changed_seconds']:.1f} | "
               f"**{r['served_seconds']:.1f}** | {fmt(r['labels_seconds'])} | {fmt(r['children_seconds'])} | {rss} |")
     w("")
