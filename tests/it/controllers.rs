@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Background, Namespace, apply, eventually, free_port, http_get, kubectl, kubectl_json, samplectl};
+use crate::support::{
+    Background, Namespace, apply, established, eventually, free_port, http_get, kubectl, kubectl_json, samplectl,
+};
 
 const SOON: Duration = Duration::from_secs(30);
 
@@ -42,7 +44,7 @@ pub fn crds() {
         {
             apply("default", &crd(plural, kind));
             let name = format!("crd/{plural}.controllers.example.com");
-            kubectl(&["wait", "--for=condition=Established", &name, "--timeout=30s"]).success();
+            established(&[&name]);
         }
     });
 }
@@ -645,7 +647,7 @@ fn the_myapp_example_runs_as_written() {
     static CRD: std::sync::Once = std::sync::Once::new();
     CRD.call_once(|| {
         kubectl(&["apply", "-f", "examples/myapp/crd.yaml"]).success();
-        kubectl(&["wait", "--for=condition=Established", "crd/myapps.apps.example.com", "--timeout=30s"]).success();
+        established(&["crd/myapps.apps.example.com"]);
     });
     let ns = Namespace::new("myapp");
     let port = free_port();

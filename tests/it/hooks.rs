@@ -8,7 +8,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Background, Namespace, apply, apply_sample, eventually, free_port, http_get, kubectl, kubectl_json, samplectl,
+    Background, Namespace, apply, apply_sample, established, eventually, free_port, http_get, kubectl, kubectl_json,
+    samplectl,
 };
 
 const SOON: Duration = Duration::from_secs(30);
@@ -57,7 +58,7 @@ fn apply_example_crds() {
         kubectl(&["apply", "-f", crd]).success();
     }
     for crd in ["greetings.hooks.example.com", "notes.hooks.example.com"] {
-        kubectl(&["wait", "--for=condition=Established", &format!("crd/{crd}"), "--timeout=30s"]).success();
+        established(&[&format!("crd/{crd}")]);
     }
 }
 
@@ -392,7 +393,7 @@ fn impossible_hook_controllers_are_refused() {
                                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
     });
     apply(&ns.0, &plain);
-    kubectl(&["wait", "--for=condition=Established", "crd/plains.hooks.example.com", "--timeout=30s"]).success();
+    established(&["crd/plains.hooks.example.com"]);
     for (args, message) in [
         (
             vec!["--gvr", "hooks.example.com/v1/plains", "--hook", SHELL],
@@ -691,7 +692,7 @@ fn a_status_the_schema_prunes_is_written_once() {
                                    "status": {"type": "object", "properties": {"length": {"type": "integer"}}}}}}}]},
     });
     apply(&ns.0, &crd);
-    kubectl(&["wait", "--for=condition=Established", "crd/tersenotes.hooks.example.com", "--timeout=30s"]).success();
+    established(&["crd/tersenotes.hooks.example.com"]);
     let terse = json!({"apiVersion": "hooks.example.com/v1", "kind": "TerseNote", "metadata": {"name": "t"},
                        "spec": {"text": "abcd"}});
     apply(&ns.0, &terse);

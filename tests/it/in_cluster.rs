@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::hang::HangingProxy;
 use crate::support::{
-    Background, Namespace, apply_sample, eventually, free_port, http_get, kubectl, kubectl_json, sample_ready,
-    samplectl, samplectl_bare,
+    Background, Namespace, apply_sample, established, eventually, free_port, http_get, kubectl, kubectl_json,
+    sample_ready, samplectl, samplectl_bare,
 };
 use serde_json::json;
 
@@ -629,7 +629,7 @@ fn the_engine_manifests_run_a_stored_controller_with_their_own_rbac() {
     install_rbac();
     samplectl(&["install-crd", "--metacontroller"]).success();
     kubectl(&["apply", "-f", "examples/myapp/crd.yaml"]).success();
-    kubectl(&["wait", "--for=condition=Established", "crd/myapps.apps.example.com", "--timeout=30s"]).success();
+    established(&["crd/myapps.apps.example.com"]);
     let run = kubectl(&["apply", "-k", "manifests/metacontroller/", "--dry-run=server"]).success();
     assert!(run.stdout.contains("deployment.apps/samplectl-engine"), "{}", run.stdout);
     kubectl(&["apply", "-f", "manifests/metacontroller/rbac.yaml"]).success();

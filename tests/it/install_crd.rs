@@ -57,7 +57,7 @@ fn install_crd_reports_created_unchanged_and_configured() {
     let squatter = dir.path().join("squatter.yaml");
     std::fs::write(&squatter, SQUATTER).unwrap();
     kubectl(&["apply", "-f", squatter.to_str().unwrap()]).success();
-    kubectl(&["wait", "--for=condition=Established", "crd/squatters.example.com"]).success();
+    crate::support::established(&["crd/squatters.example.com"]);
     let clash = samplectl(&["install-crd", "--timeout", "20s"]);
     assert_eq!(clash.code, 1, "{clash:#?}");
     assert!(

@@ -1,6 +1,6 @@
 //! `samplectl list` side by side with the built kubectl.
 
-use crate::support::{Namespace, install_crd, kubectl, samplectl, table, user_kubeconfig};
+use crate::support::{Namespace, established, install_crd, kubectl, samplectl, table, user_kubeconfig};
 use serde_json::Value;
 
 /// Header and the NAME column (or the NAMESPACE and NAME columns) of both tools' tables.
@@ -401,8 +401,7 @@ fn several_types_and_categories_print_like_kubectl() {
         }
     }
     let _delete = DeleteCrds(group.clone());
-    kubectl(&["wait", "--for=condition=Established", &format!("crd/gadgets.{group}"), &format!("crd/gizmos.{group}")])
-        .success();
+    established(&[&format!("crd/gadgets.{group}"), &format!("crd/gizmos.{group}")]);
     for (kind, name) in [("Gadget", "g1"), ("Gizmo", "z1"), ("Gizmo", "z2")] {
         let object = serde_json::json!({"apiVersion": format!("{group}/v1"), "kind": kind,
                                         "metadata": {"name": name, "labels": {"test": "list-types"}}});

@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 
 use crate::support::audit::{self, incarnation_in, interleavings, last_lease_write};
 use crate::support::{
-    Background, Namespace, converged, create, eventually, free_port, http_get, kubectl, kubectl_json, sample, samplectl,
+    Background, Namespace, converged, create, established, eventually, free_port, http_get, kubectl, kubectl_json,
+    sample, samplectl,
 };
 
 /// Lease timings short enough that a dead member is given up on in seconds, and long enough that a member
@@ -700,8 +701,7 @@ fn a_cluster_scoped_parent_with_children_in_other_namespaces_is_shared_with_its_
         let mut crd = crate::controllers::crd("globals", "Global");
         crd["spec"]["scope"] = json!("Cluster");
         crate::support::apply("default", &crd);
-        kubectl(&["wait", "--for=condition=Established", "crd/globals.controllers.example.com", "--timeout=30s"])
-            .success();
+        established(&["crd/globals.controllers.example.com"]);
     });
     let source = Namespace::new("shard-global");
     let targets: Vec<Namespace> = (0..3).map(|_| Namespace::new("shard-global-to")).collect();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{Namespace, Run, Watcher, apply, eventually, kubectl, samplectl};
+use crate::support::{Namespace, Run, Watcher, apply, established, eventually, kubectl, samplectl};
 
 /// A test's own Gauge CRD (tests run side by side), deleted however the test ends.
 struct Gauges {
@@ -41,7 +41,7 @@ fn gauges(ns: &Namespace) -> Gauges {
     });
     apply("default", &crd);
     let gauges = Gauges { resource: format!("gauges.{group}") };
-    kubectl(&["wait", "--for=condition=Established", &format!("crd/{}", gauges.resource), "--timeout=30s"]).success();
+    established(&[&format!("crd/{}", gauges.resource)]);
     let objects = [
         ("beta", 10, 0.5, "g-10", "1Gi", true, json!(["x", "y"])),
         ("delta", 2, 1.25, "g-2", "512Mi", false, json!([])),

@@ -1,7 +1,7 @@
 //! The API server's warnings (here, a deprecated API version) printed on stderr as kubectl prints them,
 //! once each, by every command, and never on stdout.
 
-use crate::support::{Namespace, apply, eventually, kubectl, samplectl};
+use crate::support::{Namespace, apply, established, eventually, kubectl, samplectl};
 use serde_json::json;
 
 const GROUP: &str = "warn.samplectl.example.com";
@@ -32,7 +32,7 @@ fn a_deprecated_version_is_warned_about_once_as_kubectl_does() {
     });
     apply("default", &crd);
     let _delete = DeleteCrd;
-    kubectl(&["wait", "--for=condition=Established", &format!("crd/widgets.{GROUP}"), "--timeout=30s"]).success();
+    established(&[&format!("crd/widgets.{GROUP}")]);
     let ns = Namespace::new("warnings");
     for name in ["w1", "w2", "w3"] {
         apply(&ns.0, &json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "metadata": {"name": name}}));

@@ -20,6 +20,23 @@ pub fn install_crd() {
     samplectl(&["install-crd"]).success();
 }
 
+/// Waits up to 30 s for each CRD (`crd/<name>`) to be Established. Not `kubectl wait`: a CRD is created
+/// with `status.conditions` null, and kubectl wait fails at once, rather than waiting, if its first read
+/// comes before the API server has set them (`.status.conditions accessor error: <nil> is of the type
+/// <nil>`), as a loaded test run's sometimes does.
+pub fn established(crds: &[&str]) {
+    let jsonpath = r#"-o=jsonpath={.status.conditions[?(@.type=="Established")].status}"#;
+    for crd in crds {
+        super::eventually(std::time::Duration::from_secs(30), &format!("{crd} Established"), || {
+            let run = kubectl(&["get", crd, jsonpath]);
+            match run.stdout.trim() {
+                "True" => Ok(()),
+                other => Err(format!("Established is {other:?}; {}", run.stderr.trim())),
+            }
+        });
+    }
+}
+
 /// A Sample manifest.
 pub fn sample(name: &str, test_string: &str) -> Value {
     json!({"apiVersion": "example.com/v1alpha1", "kind": "Sample", "metadata": {"name": name}, "testString": test_string})
