@@ -1,7 +1,8 @@
 //! Shard rings stay safe when a process is not unique, fast, and alive or dead: two processes under one
 //! member name, a member restarted in place during a stream of updates, a member whose requests come
-//! back long after it was given up on, and a member killed before it could relabel a child its parent
-//! no longer wants. The API server's audit log is the witness, processes told apart by the incarnation
+//! back long after it was given up on, a member killed before it could relabel a child its parent
+//! no longer wants, and a child create that arrives after its parent was taken in, labelled for a
+//! process given up on. The API server's audit log is the witness, processes told apart by the incarnation
 //! in their User-Agent, and only accepted writes counted (`support::audit`).
 //!
 //! Each scenario runs once in the suite; `SAMPLECTL_FENCING_ROUNDS=N` runs each N times.
@@ -319,5 +320,64 @@ fn a_child_renamed_after_its_member_was_killed_is_deleted_by_the_next_one() {
         eventually(PATIENCE, &format!("round {round}: each Greeting on the heir with only its renamed child"), || {
             named("two", &heir_id).map_err(|e| format!("{e}\n{}\n--- killed member:\n{doomed_log}", heir.stderr()))
         });
+    }
+}
+
+/// The one child of Sample `name` in `ns`, labelled with the Sample's uid: its uid, and the child whole.
+fn only_child(ns: &str, name: &str) -> Result<(String, Value), String> {
+    let sample = kubectl_json(&["get", "sample", name, "-n", ns]);
+    let parent = sample["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+    let selector = format!("parent.shard.samplectl.io/uid={parent}");
+    let children = kubectl_json(&["get", "configmaps", "-n", ns, "-l", &selector]);
+    match children["items"].as_array().map(Vec::as_slice) {
+        Some([child]) => Ok((child["metadata"]["uid"].as_str().unwrap_or_default().to_owned(), child.clone())),
+        other => Err(format!("children of {name}: {other:?}")),
+    }
+}
+
+#[test]
+fn a_child_created_late_for_a_process_given_up_on_is_deleted_at_the_next_resync() {
+    let _cluster = crate::support::shared();
+    samplectl(&["install-crd"]).success();
+    for round in 0..rounds() {
+        for watch in [true, false] {
+            let ns = Namespace::new("shard-stray");
+            let mut args = vec!["reconcile", "-n", &ns.0, "--shard-ring", "samples", "--shard-member", "m0"];
+            args.extend(["--leader-election-namespace", &ns.0, "--resync", "2s"]);
+            args.extend(TIMINGS);
+            if watch {
+                args.push("--watch");
+            }
+            let m0 = Background::start(&args);
+            joined(&m0, "m0");
+            create_samples(&ns.0, ["s0".to_owned()].into_iter(), "one");
+            let (child_uid, child) = eventually(PATIENCE, "s0's ConfigMap", || only_child(&ns.0, "s0"));
+            // What a process frozen past its Lease sends when it goes on: a child of s0 as it would have
+            // written it, labelled for itself, arriving long after m0 took s0 in and looked for children.
+            let mut late = child.clone();
+            late["metadata"] = json!({
+                "name": format!("{}-late", child["metadata"]["name"].as_str().unwrap()),
+                "labels": child["metadata"]["labels"],
+                "ownerReferences": child["metadata"]["ownerReferences"],
+            });
+            late["metadata"]["labels"]["shard.samplectl.io/samples"] = json!("m9_frozen1");
+            crate::support::create(&ns.0, &late);
+            let late_name = late["metadata"]["name"].as_str().unwrap().to_owned();
+            eventually(
+                Duration::from_secs(60),
+                &format!("round {round}, watch {watch}: the late child deleted"),
+                || {
+                    let left =
+                        kubectl(&["get", "configmap", &late_name, "-n", &ns.0, "--ignore-not-found", "-o", "name"]);
+                    match left.success().stdout.trim().is_empty() {
+                        true => Ok(()),
+                        false => Err(m0.stderr()),
+                    }
+                },
+            );
+            let (still, _) = only_child(&ns.0, "s0").unwrap();
+            assert_eq!(still, child_uid, "round {round}, watch {watch}: s0's own child was left as it was");
+            assert!(m0.stderr().contains("have children labelled for no live shard member"), "{}", m0.stderr());
+        }
     }
 }

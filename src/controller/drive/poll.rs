@@ -284,6 +284,20 @@ impl Poll {
         Ok(Children { caches, owners, listed: listed_rx, _followers: followers })
     }
 
+    /// A shard member's stray list, every resync: the parents it names are due at once (the tick that
+    /// follows queues them), and their reconcile looks for their children.
+    async fn strays(&self, state: &mut State) {
+        if self.ctx.member().is_none() {
+            return;
+        }
+        let kinds = self.ctx.definition.family.children.len();
+        let namespaces: Vec<Option<String>> = (0..kinds).map(|k| self.child_namespace(k).map(str::to_owned)).collect();
+        match self.ctx.strays(&namespaces).await {
+            Ok(uids) => state.synced.retain(|uid, _| !uids.contains(uid)),
+            Err(message) => tracing::warn!(controller = self.ctx.definition.name, "{message}"),
+        }
+    }
+
     /// Lists the parents' metadata a page at a time and queues each parent whose inputs changed (or
     /// whose resync is due) and that is neither running nor waiting. When none is kept yet or many
     /// changed since they were read, they are then listed whole, a page at a time, into the cache, so
@@ -459,8 +473,13 @@ impl Poll {
         let parents = Cache::default();
         let workers = Workers::start(self.concurrency.max(1), &self.ctx, &parents, &children);
         let mut state = State::new(workers, parents, children);
+        let mut strays_due = Instant::now() + self.resync;
         loop {
             let started = Instant::now();
+            if started >= strays_due {
+                strays_due = started + self.resync;
+                self.strays(&mut state).await;
+            }
             let tick = self.tick(&mut state, once).await;
             if tick.is_ok() {
                 self.ctx.listed();

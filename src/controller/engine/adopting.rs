@@ -11,7 +11,7 @@
 //! process), and an adopter's context does not reconcile a copy older than one its own context already
 //! reconciled.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -110,6 +110,18 @@ impl Adopting {
     pub fn failing_over(&self) -> bool {
         let published = self.records.borrow();
         !published.silent.is_empty() || !published.adoptions.is_empty()
+    }
+
+    /// The incarnations of the ring live now (this one among them), as read within a renew deadline;
+    /// `None` while a member is being failed over, or when the records in hand are older: a child
+    /// labelled for none of them is a stray (`engine::strays`), and a set read late or mid-failover could
+    /// miss one or name too many.
+    pub fn live(&self) -> Option<BTreeSet<String>> {
+        if !self.fresh() || self.failing_over() {
+            return None;
+        }
+        let published = self.records.borrow();
+        published.live.contains(&self.own).then(|| published.live.clone())
     }
 
     /// Claims the parent with `uid`, read at `version`, for one reconcile; `None` while another

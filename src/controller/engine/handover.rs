@@ -12,9 +12,16 @@
 //! reconcile of a parent in this process also lists the children labelled with the parent's uid,
 //! whatever member they name (many parents to a list: `take_in.rs`): the ones the sync still wants are
 //! relabelled as they are written, the others deleted (each with its uid and resourceVersion as
-//! preconditions), so none is left behind. It looks again every [`SWEEP_EVERY`]: a child create the old
-//! member sent just before it stopped can still arrive after this (the one write no precondition can
-//! fence), labelled for the old member.
+//! preconditions), so none is left behind. A child create the old member sent just before it stopped can
+//! still arrive after this (the one write no precondition can fence), labelled for the old member. One
+//! from a live member (or one that died, sent before it did) arrives within the API server's request
+//! timeout, so the member looks once more at its first reconcile [`LOOK_AGAIN_AFTER`] after the first
+//! look (a resync's, at the latest); one from a process frozen past its Lease can come at any time, but
+//! is labelled for an incarnation no longer live, which the member's stray list (`strays.rs`) finds
+//! whenever it comes, and the parent is looked for again then. Looking again every 10 minutes instead
+//! cost the API server a pass over every child of the namespace per 100 parents held: at 100,000
+//! Samples 5 to 7 such lists a second for a minute in every ten, and a member killed during that minute
+//! was served again 4 s later than one killed outside it.
 //!
 //! A driver may have that look made before the reconcile has a slot (`look`, then `reconcile` with what
 //! it found), so that parents waiting for a list do not hold the slots: with each look holding one, a
@@ -30,13 +37,16 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::adopting::{Claim, Serves};
+use super::memory::Swept;
 use super::take_in::Found;
 use super::{Context, Done, Outcome, RECONCILE_TIMEOUT, ReconcileError, failure, key, uid};
 use crate::controller::rules::children::{ChildKey, Observed, controlled_by};
 use crate::controller::rules::shard::{Member, drain_label, read_before};
 
-/// How often a member looks again for the children of a parent it holds whatever their member label.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(600);
+/// How long after taking a parent in a member looks for its children once more, whatever their member
+/// label: past a late write of the member before, which the API server ends within its request timeout
+/// (a minute).
+pub const LOOK_AGAIN_AFTER: Duration = Duration::from_secs(120);
 
 /// How many parents past `--concurrency` a driver lets wait for their look (`Context::look`): two lists'
 /// worth, so that one list is being answered while the parents of the last are reconciled.
@@ -61,10 +71,11 @@ impl Looked {
 
 impl Context {
     /// Whether the next reconcile of `parent` first looks for its children whatever member they name:
-    /// the first in this process of a parent labelled for its member (and not being moved away), and
-    /// one every [`SWEEP_EVERY`] after. An adopter's context finds the children by the gone label's
-    /// watch, and looks for them only until that watch has listed them all (`children_complete`); the
-    /// whole look is made once the parent is labelled for this member.
+    /// the first in this process of a parent labelled for its member (and not being moved away), one
+    /// [`LOOK_AGAIN_AFTER`] after, and one whenever a stray list shows one of its children. An adopter's
+    /// context finds the children by the gone label's watch, and looks for them only until that watch has
+    /// listed them all (`children_complete`); the whole look is made once the parent is labelled for this
+    /// member.
     pub fn looks_first(&self, parent: &DynamicObject) -> bool {
         let Some(member) = &self.writer.member else { return false };
         if self.writer.adopting.as_ref().is_some_and(|a| a.adopter) {
@@ -76,10 +87,12 @@ impl Context {
         let swept = self.memory.swept.lock().unwrap_or_else(|e| e.into_inner()).get(&uid(parent)).copied();
         match swept {
             None => true,
-            // Each look again is a pass over every child of the namespace in the API server: at 100,000
-            // Samples three to five a second, running on through a failover's lists. They wait while a
-            // member is failed over; a child they would find then is found a few minutes later.
-            Some(at) => at.elapsed() >= SWEEP_EVERY && !self.writer.adopting.as_ref().is_some_and(|a| a.failing_over()),
+            // A look again is a pass over every child of the namespace in the API server. It waits while a
+            // member is failed over, so that the failover's lists have the API server; a child it would
+            // find then is found a few minutes later.
+            Some(swept) => {
+                swept.due(LOOK_AGAIN_AFTER) && !self.writer.adopting.as_ref().is_some_and(|a| a.failing_over())
+            }
         }
     }
 
@@ -160,7 +173,12 @@ impl Context {
     /// A reconcile of `parent` that looked for all its children (`take_in`), started at `since`, went
     /// through: they are all known now.
     pub(super) fn taken_in(&self, parent: &DynamicObject, since: Instant) {
-        self.memory.swept.lock().unwrap_or_else(|e| e.into_inner()).insert(uid(parent), since);
+        let mut swept = self.memory.swept.lock().unwrap_or_else(|e| e.into_inner());
+        swept.entry(uid(parent)).and_modify(|swept| swept.looked(since)).or_insert(Swept {
+            taken: since,
+            last: since,
+            stray: None,
+        });
     }
 
     /// Whether this process handed `parent` over after the copy in hand was read (a driver's copy can
@@ -207,6 +225,8 @@ impl Context {
             Ok(released) => {
                 let version = released.metadata.resource_version.unwrap_or_default();
                 self.memory.released.lock().unwrap_or_else(|e| e.into_inner()).insert(uid(parent), version);
+                // Should it come back, another member will have written for it: taken in afresh.
+                self.memory.swept.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid(parent));
                 tracing::info!(controller = self.definition.name, "{object}: handed over to shard member {to}");
             }
             // Changed since it was read: the watch (or the next tick) brings the new version, and this

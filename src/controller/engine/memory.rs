@@ -18,12 +18,41 @@ use crate::controller::rules::children::ChildKey;
 use crate::controller::rules::next::Retry;
 use crate::controller::rules::shard::read_before;
 
+/// When a parent this process holds had its children looked for whatever member they name (`handover`),
+/// each time by when the look's list was sent; none yet is no entry.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Swept {
+    /// The first look, when it was taken in.
+    pub taken: Instant,
+    /// The latest look.
+    pub last: Instant,
+    /// A stray list sent then showed one of its children labelled for no live member (`strays`).
+    pub stray: Option<Instant>,
+}
+
+impl Swept {
+    /// Whether it is to be looked for again: once a stray list showed a child the last look may not
+    /// have, and once `again` after it was taken in unless a look was made since then.
+    pub fn due(&self, again: Duration) -> bool {
+        self.stray.is_some_and(|stray| stray > self.last)
+            || self.last < self.taken + again && self.taken.elapsed() >= again
+    }
+
+    /// A look whose list was sent at `since` went through.
+    pub fn looked(&mut self, since: Instant) {
+        self.last = self.last.max(since);
+        if self.stray.is_some_and(|stray| stray <= self.last) {
+            self.stray = None;
+        }
+    }
+}
+
 pub struct Memory {
     pub(super) retry: Backoff,
     pub(super) conflicts: Conflicts,
     pub(super) written: WrittenStatuses,
     pub(super) related: Related,
-    pub(super) swept: Mutex<HashMap<String, Instant>>,
+    pub(super) swept: Mutex<HashMap<String, Swept>>,
     /// In a shard ring: the parents this process handed over, each with the resourceVersion its release
     /// left, so that a driver's copy from before the release is not written from (`handover`).
     pub(super) released: Mutex<HashMap<String, String>>,
@@ -166,6 +195,29 @@ mod tests {
         assert!(memory.behind_own_write("c", Some("19")), "an older copy seen ends nothing");
         memory.seen("c", Some("21"));
         assert!(memory.own_writes.lock().unwrap().is_empty(), "a newer one seen ends the memory");
+    }
+
+    #[test]
+    fn a_parent_is_looked_for_once_more_a_while_after_it_was_taken_in_and_then_only_after_a_stray() {
+        let again = Duration::from_secs(10);
+        let now = Instant::now();
+        let ago = |secs| now.checked_sub(Duration::from_secs(secs)).expect("the clock has run that long");
+        let mut swept = Swept { taken: now, last: now, stray: None };
+        assert!(!swept.due(again), "just taken in");
+        swept = Swept { taken: ago(20), last: ago(20), stray: None };
+        assert!(swept.due(again), "taken in longer ago than `again`");
+        swept.looked(ago(15));
+        assert!(swept.due(again), "a look less than `again` after the first does not count as the second");
+        swept.looked(now);
+        assert!(!swept.due(again), "looked for twice");
+        swept.stray = Some(ago(1));
+        assert!(!swept.due(again), "a stray list sent before the latest look");
+        swept.stray = Some(now + Duration::from_millis(1));
+        assert!(swept.due(again), "a stray list sent after it");
+        swept.looked(now);
+        assert!(swept.due(again), "a look sent before that stray list leaves it due");
+        swept.looked(now + Duration::from_millis(2));
+        assert!(!swept.due(again) && swept.stray.is_none(), "one sent after it ends it");
     }
 
     #[test]

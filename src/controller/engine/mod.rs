@@ -20,6 +20,7 @@ pub mod related;
 pub mod request;
 mod revisions;
 mod status;
+mod strays;
 mod take_in;
 pub mod written;
 

@@ -33,12 +33,15 @@ pub const ANNOTATION: &str = "adoptions.shard.samplectl.io";
 
 /// The records as a member last read them from the coordinator's Lease, and when that read was sent;
 /// with the incarnations whose Leases that member has seen go unrenewed past a renew deadline, whose
-/// parents it gets ready to serve (by watching their label) before any record names them.
+/// parents it gets ready to serve (by watching their label) before any record names them, and the
+/// incarnations holding a Lease renewed within its duration (a child labelled for any other is a stray,
+/// `engine::strays`).
 #[derive(Debug, Clone, Default)]
 pub struct Published {
     pub adoptions: Arc<Adoptions>,
     pub read: Option<Instant>,
     pub silent: BTreeSet<String>,
+    pub live: BTreeSet<String>,
 }
 
 /// One gone incarnation's parents, given to the members live when it went.

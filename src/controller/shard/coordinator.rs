@@ -276,6 +276,11 @@ impl Members {
         self.seen.remove(member);
     }
 
+    /// The incarnations holding a Lease renewed within its duration.
+    pub fn live_holders(&self, now: Instant) -> BTreeSet<String> {
+        self.seen.keys().filter(|m| self.live(m, now)).filter_map(|m| self.holder(m)).map(str::to_owned).collect()
+    }
+
     /// The live members' ring, and who holds each one's Lease.
     pub fn view(&self, now: Instant) -> View {
         let live: Vec<&String> = self.seen.keys().filter(|m| self.live(m, now)).collect();
@@ -359,8 +364,12 @@ impl Coordinator {
         let versions = leases.iter().map(|(member, _, version)| (member.clone(), version.clone())).collect();
         members.observe(leases.into_iter().map(|(member, record, _)| (member, record)), sent, Instant::now());
         let silent = members.silent(self.silent_after(), Instant::now());
+        let live = members.live_holders(Instant::now());
         self.records.send_if_modified(|published| {
             published.read = published.read.max(Some(sent.into_std()));
+            // Who is live matters only to the stray lists, which read it when they run: no news for the
+            // watchers of the records.
+            published.live = live;
             let changed = *published.adoptions != adoptions || published.silent != silent;
             if changed {
                 if *published.adoptions != adoptions {

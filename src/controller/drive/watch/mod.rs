@@ -343,7 +343,9 @@ impl Watch {
         };
 
         let shared = Arc::new(Shared { ctx: self.ctx.clone(), parents, children, owners });
-        let work = Work { shared, resync: self.resync, concurrency: usize::from(self.concurrency.max(1)) };
+        let stray_namespaces = (0..family.children.len()).map(|k| self.child_namespace(k).map(str::to_owned)).collect();
+        let concurrency = usize::from(self.concurrency.max(1));
+        let work = Work { shared, resync: self.resync, concurrency, stray_namespaces };
         work.run(triggers, tracker.clone(), stop).await;
         Ok(tracker.map(|t| t.not_ready()))
     }
@@ -442,6 +444,8 @@ struct Work {
     shared: Arc<Shared>,
     resync: Duration,
     concurrency: usize,
+    /// Where each child type's stray list looks (`Context::strays`).
+    stray_namespaces: Vec<Option<String>>,
 }
 
 impl Work {
@@ -450,6 +454,25 @@ impl Work {
     fn looks_first(&self, place: &Place) -> bool {
         let ctx = &self.shared.ctx;
         ctx.member().is_some() && self.shared.parents.get(place).is_some_and(|parent| ctx.looks_first(&parent))
+    }
+
+    /// A shard member's stray list, made with each sweep (none runs in an adopter's context).
+    fn strays(&self, strays: &mut JoinSet<Result<HashSet<String>, String>>) {
+        let ctx = &self.shared.ctx;
+        if ctx.member().is_none() || ctx.adopting().is_some_and(|a| a.adopter) || !strays.is_empty() {
+            return;
+        }
+        let (ctx, namespaces) = (ctx.clone(), self.stray_namespaces.clone());
+        strays.spawn(async move { ctx.strays(&namespaces).await });
+    }
+
+    /// The places of the parents with these uids.
+    fn places_of(&self, uids: &HashSet<String>) -> Vec<Place> {
+        let parents = &self.shared.parents;
+        let of = |place: &Place| {
+            parents.get(place).is_some_and(|p| p.metadata.uid.as_ref().is_some_and(|u| uids.contains(u)))
+        };
+        parents.places().into_iter().filter(of).collect()
     }
 
     /// Takes triggers into the queue and runs up to `concurrency` reconciles from it, until `stop` (or,
@@ -472,6 +495,7 @@ impl Work {
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut triggers_open = true;
         let (started, mut swept) = (Instant::now(), false);
+        let mut strays = JoinSet::new();
         loop {
             let next_due = queue.wake(Instant::now());
             // Past `concurrency`, only a parent that first looks for its children is started: it waits
@@ -536,7 +560,15 @@ impl Work {
                     for place in self.shared.parents.places() {
                         queue.add(place, Lane::Sweep);
                     }
+                    self.strays(&mut strays);
                 }
+                Some(found) = strays.join_next() => match found {
+                    Ok(Ok(uids)) if !uids.is_empty() => for place in self.places_of(&uids) {
+                        queue.add(place, Lane::Sweep);
+                    },
+                    Ok(Err(message)) => tracing::warn!(controller = self.shared.ctx.definition.name, "{message}"),
+                    _ => {}
+                },
                 () = &mut finished => break,
                 _ = stop.wait_for(|s| *s) => break,
             }
