@@ -27,9 +27,16 @@ const PATIENCE: Duration = Duration::from_secs(90);
 
 /// A member of the ring `samples` in `ns`, with the watch driver.
 fn member(ns: &str, name: &str) -> Background {
-    let mut args = vec!["reconcile", "-n", ns, "--watch", "--shard-ring", "samples", "--shard-member", name];
+    member_with(ns, name, &["--watch"])
+}
+
+/// A member of the ring `samples` in `ns`, with the further arguments `extra` (the poll driver without
+/// `--watch`).
+fn member_with(ns: &str, name: &str, extra: &[&str]) -> Background {
+    let mut args = vec!["reconcile", "-n", ns, "--shard-ring", "samples", "--shard-member", name];
     args.extend(["--leader-election-namespace", ns]);
     args.extend(TIMINGS);
+    args.extend(extra);
     Background::start(&args)
 }
 
@@ -323,6 +330,28 @@ fn a_child_renamed_after_its_member_was_killed_is_deleted_by_the_next_one() {
     }
 }
 
+/// A child of Sample `name` in `ns` as a process of `incarnation` would have written it, created now: a
+/// create it sent before it froze, let through after the Sample was taken in by another. Its name.
+fn create_late_child(ns: &str, name: &str, incarnation: &str) -> String {
+    let (_, child) = only_child(ns, name).unwrap();
+    let late_name = format!("{}-late", child["metadata"]["name"].as_str().unwrap());
+    let mut late = child.clone();
+    late["metadata"] = json!({
+        "name": late_name,
+        "labels": child["metadata"]["labels"],
+        "ownerReferences": child["metadata"]["ownerReferences"],
+    });
+    late["metadata"]["labels"]["shard.samplectl.io/samples"] = json!(incarnation);
+    crate::support::create(ns, &late);
+    late_name
+}
+
+/// Whether the ConfigMap `name` in `ns` is gone.
+fn configmap_gone(ns: &str, name: &str) -> bool {
+    let left = kubectl(&["get", "configmap", name, "-n", ns, "--ignore-not-found", "-o", "name"]).success();
+    left.stdout.trim().is_empty()
+}
+
 /// The one child of Sample `name` in `ns`, labelled with the Sample's uid: its uid, and the child whole.
 fn only_child(ns: &str, name: &str) -> Result<(String, Value), String> {
     let sample = kubectl_json(&["get", "sample", name, "-n", ns]);
@@ -342,42 +371,86 @@ fn a_child_created_late_for_a_process_given_up_on_is_deleted_at_the_next_resync(
     for round in 0..rounds() {
         for watch in [true, false] {
             let ns = Namespace::new("shard-stray");
-            let mut args = vec!["reconcile", "-n", &ns.0, "--shard-ring", "samples", "--shard-member", "m0"];
-            args.extend(["--leader-election-namespace", &ns.0, "--resync", "2s"]);
-            args.extend(TIMINGS);
-            if watch {
-                args.push("--watch");
-            }
-            let m0 = Background::start(&args);
+            let m0 = match watch {
+                true => member_with(&ns.0, "m0", &["--resync", "2s", "--watch"]),
+                false => member_with(&ns.0, "m0", &["--resync", "2s"]),
+            };
             joined(&m0, "m0");
             create_samples(&ns.0, ["s0".to_owned()].into_iter(), "one");
-            let (child_uid, child) = eventually(PATIENCE, "s0's ConfigMap", || only_child(&ns.0, "s0"));
-            // What a process frozen past its Lease sends when it goes on: a child of s0 as it would have
-            // written it, labelled for itself, arriving long after m0 took s0 in and looked for children.
-            let mut late = child.clone();
-            late["metadata"] = json!({
-                "name": format!("{}-late", child["metadata"]["name"].as_str().unwrap()),
-                "labels": child["metadata"]["labels"],
-                "ownerReferences": child["metadata"]["ownerReferences"],
-            });
-            late["metadata"]["labels"]["shard.samplectl.io/samples"] = json!("m9_frozen1");
-            crate::support::create(&ns.0, &late);
-            let late_name = late["metadata"]["name"].as_str().unwrap().to_owned();
+            let (child_uid, _) = eventually(PATIENCE, "s0's ConfigMap", || only_child(&ns.0, "s0"));
+            // What a process frozen past its Lease sends when it goes on: a child of s0 labelled for
+            // itself, arriving long after m0 took s0 in and looked for its children.
+            let late = create_late_child(&ns.0, "s0", "m9_frozen1");
             eventually(
                 Duration::from_secs(60),
                 &format!("round {round}, watch {watch}: the late child deleted"),
-                || {
-                    let left =
-                        kubectl(&["get", "configmap", &late_name, "-n", &ns.0, "--ignore-not-found", "-o", "name"]);
-                    match left.success().stdout.trim().is_empty() {
-                        true => Ok(()),
-                        false => Err(m0.stderr()),
-                    }
+                || match configmap_gone(&ns.0, &late) {
+                    true => Ok(()),
+                    false => Err(m0.stderr()),
                 },
             );
             let (still, _) = only_child(&ns.0, "s0").unwrap();
             assert_eq!(still, child_uid, "round {round}, watch {watch}: s0's own child was left as it was");
             assert!(m0.stderr().contains("have children labelled for no live shard member"), "{}", m0.stderr());
         }
+    }
+}
+
+#[test]
+fn a_late_child_of_a_member_killed_and_forgotten_is_deleted_by_a_member_that_did_not_coordinate() {
+    let _cluster = crate::support::shared();
+    samplectl(&["install-crd"]).success();
+    for round in 0..rounds() {
+        let ns = Namespace::new("shard-forgot");
+        let start = |name: &str| member_with(&ns.0, name, &["--resync", "2s", "--watch"]);
+        let mut members: Vec<(String, Background)> =
+            ["m0", "m1", "m2"].iter().map(|n| (n.to_string(), start(n))).collect();
+        let ids: Vec<String> = members.iter().map(|(name, process)| joined(process, name)).collect();
+        // Enough that each member gets some (12 left one with none in one run of ten).
+        create_samples(&ns.0, (0..30).map(|i| format!("s{i:02}")), "one");
+        eventually(PATIENCE, "the Samples shared by all three", || {
+            let (on, draining) = labels(&ns.0);
+            let used: std::collections::BTreeSet<&String> = on.values().collect();
+            match used.len() == 3 && ids.iter().all(|id| used.contains(id)) && draining == 0 {
+                true => Ok(()),
+                false => Err(format!("{on:?}")),
+            }
+        });
+        // Kill a member that does not coordinate: the one left that does not either must still see it go.
+        let coordinator = kubectl_json(&["get", "lease", "samples", "-n", &ns.0])["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let others: Vec<usize> = (0..3).filter(|i| ids[*i] != coordinator).collect();
+        let (killed, bystander) = (others[0], others[1]);
+        let (_, process) = members.remove(killed);
+        let (_, killed_log) = process.stop("KILL", Duration::from_secs(5));
+        let survivors = [ids[bystander].as_str(), coordinator.as_str()];
+        eventually(PATIENCE, "every Sample on the survivors", || all_on(&ns.0, &survivors));
+        let lease = format!("samples.{}", ["m0", "m1", "m2"][killed]);
+        eventually(Duration::from_secs(90), "the killed member's Lease deleted", || {
+            let left = kubectl(&["get", "lease", &lease, "-n", &ns.0, "--ignore-not-found", "-o", "name"]).success();
+            if left.stdout.trim().is_empty() { Ok(()) } else { Err(left.stdout) }
+        });
+        let (on, _) = labels(&ns.0);
+        let sample = on.iter().find(|(_, member)| **member == ids[bystander]).map(|(name, _)| name.clone()).unwrap();
+        eventually(PATIENCE, "its child relabelled", || {
+            let (_, child) = only_child(&ns.0, &sample)?;
+            match child["metadata"]["labels"]["shard.samplectl.io/samples"] == json!(ids[bystander]) {
+                true => Ok(()),
+                false => Err(format!("{child}")),
+            }
+        });
+        let late = create_late_child(&ns.0, &sample, &ids[killed]);
+        let bystander_name = ["m0", "m1", "m2"][bystander];
+        let process = &members.iter().find(|(name, _)| name == bystander_name).unwrap().1;
+        eventually(
+            Duration::from_secs(60),
+            &format!("round {round}: the late child deleted"),
+            || match configmap_gone(&ns.0, &late) {
+                true => Ok(()),
+                false => Err(format!("{}\n--- killed member:\n{killed_log}", process.stderr())),
+            },
+        );
     }
 }

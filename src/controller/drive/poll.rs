@@ -404,7 +404,8 @@ impl Poll {
     fn finished(&self, state: &mut State, (uid, place, print, result): Finished, once: bool) {
         state.running.remove(&uid);
         let Concluded { again, settled, not_ready } = conclude(&self.ctx, &uid, &result);
-        match settled {
+        // A stray list that came back while it ran: due at the next tick, so that its look is made.
+        match settled && !self.ctx.memory().stray_found(&uid) {
             true => {
                 let due = Instant::now() + again.map_or(self.resync, |after| after.min(self.resync));
                 state.synced.insert(uid.clone(), (print, due));

@@ -124,6 +124,12 @@ impl Memory {
         true
     }
 
+    /// Whether a stray list showed a child of the parent with `uid` that no look has seen since.
+    pub fn stray_found(&self, uid: &str) -> bool {
+        let swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
+        swept.get(uid).is_some_and(|swept| swept.stray.is_some_and(|stray| stray > swept.last))
+    }
+
     /// The retry store learns how a reconcile of the parent with `uid` ended; after a failure or a
     /// conflict, how long until it is tried again. The one place that counts failures and conflicts.
     pub fn learn(&self, uid: &str, retry: Retry) -> Option<Duration> {

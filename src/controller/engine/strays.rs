@@ -18,11 +18,13 @@
 use std::collections::{BTreeSet, HashSet};
 use std::time::Instant;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 
 use super::Context;
 use super::request::bounded;
 use crate::cluster::scope;
+use crate::controller::rules::children::controlled_by;
 use crate::controller::rules::shard::{PARENT_LABEL, member_label};
 
 /// The label selector of the children written for a parent in `ring` by the controller `managed`
@@ -31,6 +33,14 @@ fn selector(managed: &str, ring: &str, live: &BTreeSet<String>) -> String {
     let label = member_label(ring);
     let live: Vec<&str> = live.iter().map(String::as_str).collect();
     format!("{managed},{PARENT_LABEL},{label},{label} notin ({})", live.join(","))
+}
+
+/// The uid of the parent a child listed as a stray is for, if a look would do something with it: one
+/// being deleted, or that its labelled parent does not control, a look leaves alone, and counted it
+/// would have its parent looked for at every resync.
+fn stray_of(child: &ObjectMeta) -> Option<String> {
+    let parent = child.labels.as_ref()?.get(PARENT_LABEL)?;
+    (child.deletion_timestamp.is_none() && controlled_by(child, parent)).then(|| parent.clone())
 }
 
 impl Context {
@@ -62,8 +72,7 @@ impl Context {
                         failed.message()
                     )
                 })?;
-            let labels = listed.items.into_iter().filter_map(|child| child.metadata.labels);
-            parents.extend(labels.filter_map(|mut labels| labels.remove(PARENT_LABEL)));
+            parents.extend(listed.items.into_iter().filter_map(|child| stray_of(&child.metadata)));
         }
         let mut swept = self.memory.swept.lock().unwrap_or_else(|e| e.into_inner());
         parents.retain(|uid| match swept.get_mut(uid) {
@@ -89,7 +98,26 @@ impl Context {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    #[test]
+    fn only_a_child_its_labelled_parent_controls_and_not_being_deleted_counts() {
+        let child = |owner: &str, deleting: bool| {
+            let meta = json!({
+                "name": "c",
+                "labels": {PARENT_LABEL: "p1"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "p", "uid": owner, "controller": true}],
+                "deletionTimestamp": deleting.then_some("2026-11-28T00:00:00Z"),
+            });
+            serde_json::from_value::<ObjectMeta>(meta).unwrap()
+        };
+        assert_eq!(stray_of(&child("p1", false)).as_deref(), Some("p1"));
+        assert_eq!(stray_of(&child("p2", false)), None, "controlled by another parent than its label names");
+        assert_eq!(stray_of(&child("p1", true)), None, "being deleted");
+        assert_eq!(stray_of(&ObjectMeta::default()), None, "no parent label");
+    }
 
     #[test]
     fn the_selector_names_every_live_incarnation_and_needs_both_labels() {

@@ -195,9 +195,13 @@ impl Members {
     }
 
     /// Takes in the ring's Leases as a list sent at `sent` showed them, at `now`: per member, its record.
-    /// A Lease no longer listed keeps its last record, and so runs out like one not renewed.
+    /// A Lease no longer listed keeps its last record, and so runs out like one not renewed; once run
+    /// out, it is forgotten. (The coordinator deletes a Lease only once its member is long gone: kept,
+    /// its holder would be silent for ever in every member, and the ring failing over for ever.)
     pub fn observe(&mut self, leases: impl IntoIterator<Item = (String, Record)>, sent: Instant, now: Instant) {
+        let mut listed = HashSet::new();
         for (member, record) in leases {
+            listed.insert(member.clone());
             let record = (record.0.filter(|h| !h.is_empty()), record.1, record.2);
             let entry = self.seen.entry(member).or_insert_with(|| (record.clone(), now));
             if entry.0 != record {
@@ -208,6 +212,11 @@ impl Members {
             }
         }
         self.listed = self.listed.max(Some(sent));
+        let unlisted: Vec<String> =
+            self.seen.keys().filter(|m| !listed.contains(*m) && !self.live(m, now)).cloned().collect();
+        for member in unlisted {
+            self.seen.remove(&member);
+        }
         // An incarnation ended long ago would be judged gone by the rule for the never seen anyway.
         let forget = self.lease_duration * FORGET_AFTER_LEASES;
         self.ended.retain(|_, at| now.duration_since(*at) < forget);
@@ -946,14 +955,14 @@ mod tests {
         frozen.observe([("c".to_owned(), record(Some("c_1"), 1))], later(5), later(60));
         assert!(!frozen.gone("c_1", start), "its last list was sent 5 s after the renewal was seen");
         // a releases its Lease (no holder): a_1 gone at once.
-        listed(&mut members, vec![("a", record(None, 17))], later(17));
+        listed(&mut members, vec![("a", record(None, 17)), ("b", record(Some("b_1"), 1))], later(17));
         assert!(!members.live("a", later(17)) && members.gone("a_1", start));
         // A new process takes a's Lease: a is live again, as a_2; a_1 stays gone.
-        listed(&mut members, vec![("a", record(Some("a_2"), 18))], later(18));
+        listed(&mut members, vec![("a", record(Some("a_2"), 18)), ("b", record(Some("b_1"), 1))], later(18));
         assert!(members.live("a", later(18)) && !members.gone("a_2", start) && members.gone("a_1", start));
         assert_eq!(members.view(later(18)).holders["a"], "a_2");
         // Taken straight from one process by another (the first ran out): the first is gone at once.
-        listed(&mut members, vec![("a", record(Some("a_3"), 40))], later(40));
+        listed(&mut members, vec![("a", record(Some("a_3"), 40)), ("b", record(Some("b_1"), 1))], later(40));
         assert!(members.gone("a_2", start) && !members.gone("a_3", start));
         // An incarnation never seen holding is gone only once a list sent after the parent naming it was
         // seen shows it holding nothing, a lease duration after the coordinator started.
@@ -967,9 +976,13 @@ mod tests {
         listed(&mut members, vec![("d", record(Some("d_1"), 1))], start);
         listed(&mut members, vec![], later(5));
         assert!(members.live("d", later(15)) && !members.live("d", later(16)));
+        assert_eq!(members.silent(Duration::from_secs(10), later(15)), BTreeSet::from(["d_1".to_owned()]));
         listed(&mut members, vec![], later(16));
         assert!(members.gone("d_1", start));
-        assert_eq!(members.gone_for("d", later(20)), Some(Duration::from_secs(5)));
+        // Run out and no longer listed (its Lease deleted): forgotten, so silent no more.
+        assert_eq!(members.silent(Duration::from_secs(10), later(16)), BTreeSet::new());
+        assert_eq!(members.gone_for("d", later(20)), None);
+        assert!(members.live_holders(later(16)).is_empty());
     }
 
     #[test]
