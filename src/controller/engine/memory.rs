@@ -34,8 +34,12 @@ impl Swept {
     /// Whether it is to be looked for again: once a stray list showed a child the last look may not
     /// have, and once `again` after it was taken in unless a look was made since then.
     pub fn due(&self, again: Duration) -> bool {
+        self.stray_unseen() || self.last < self.taken + again && self.taken.elapsed() >= again
+    }
+
+    /// Whether a stray list showed one of its children after its latest look.
+    fn stray_unseen(&self) -> bool {
         self.stray.is_some_and(|stray| stray > self.last)
-            || self.last < self.taken + again && self.taken.elapsed() >= again
     }
 
     /// A look whose list was sent at `since` went through.
@@ -127,7 +131,7 @@ impl Memory {
     /// Whether a stray list showed a child of the parent with `uid` that no look has seen since.
     pub fn stray_found(&self, uid: &str) -> bool {
         let swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
-        swept.get(uid).is_some_and(|swept| swept.stray.is_some_and(|stray| stray > swept.last))
+        swept.get(uid).is_some_and(Swept::stray_unseen)
     }
 
     /// The retry store learns how a reconcile of the parent with `uid` ended; after a failure or a

@@ -456,10 +456,11 @@ impl Work {
         ctx.member().is_some() && self.shared.parents.get(place).is_some_and(|parent| ctx.looks_first(&parent))
     }
 
-    /// A shard member's stray list, made with each sweep (none runs in an adopter's context).
+    /// A shard member's stray list, made with each sweep (`Context::strays` lists nothing in an adopter's
+    /// context).
     fn strays(&self, strays: &mut JoinSet<Result<HashSet<String>, String>>) {
         let ctx = &self.shared.ctx;
-        if ctx.member().is_none() || ctx.adopting().is_some_and(|a| a.adopter) || !strays.is_empty() {
+        if ctx.member().is_none() || !strays.is_empty() {
             return;
         }
         let (ctx, namespaces) = (ctx.clone(), self.stray_namespaces.clone());
