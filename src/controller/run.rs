@@ -32,6 +32,7 @@ use super::serve::{Secure, Serving, serve_health, serve_metrics, tls};
 use super::settings::{Driver, Serve, Settings, Sharding, Source};
 use super::shard::controllers::{Controllers, of_contexts};
 use super::shard::coordinator::{Coordinator, HURRY, Members};
+use super::shard::renewals::Renewals;
 use crate::cluster::client::Connection;
 use crate::cluster::read::Target;
 use crate::cluster::resolve::{Gvr, Resolved, UnknownResource, resolve_gvr};
@@ -483,6 +484,7 @@ async fn shard_then_reconcile(
         fence: coordinator_fence.clone(),
         records,
         publish: publish.clone(),
+        renewals: Renewals::follow(conn.client.clone(), &lease_namespace, &member.ring),
     };
     let (stop_coordinating, stopping) = watch::channel(false);
     // The coordinator's Lease carries the ring's label too, so that one list of the ring's Leases also

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use futures::stream::{SelectAll, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, ApiResource, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
@@ -49,6 +49,7 @@ use crate::controller::rules::adoption::{ANNOTATION, Adoptions, Published};
 use crate::controller::rules::ring::Ring;
 use crate::controller::rules::shard::{RING_LABEL, drain_label, lease_prefix, member_label};
 use crate::controller::shard::controllers::{Controller, Controllers, Set, Shares};
+use crate::controller::shard::renewals::{Record, Renewals, record_of};
 
 /// How many times a retry period the ring's Leases are listed while a member is silent.
 pub const HURRY: u32 = 4;
@@ -187,8 +188,6 @@ pub struct Members {
     listed: Option<Instant>,
 }
 
-type Record = (Option<String>, Option<MicroTime>, Option<i32>);
-
 impl Members {
     pub fn new(lease_duration: Duration, now: Instant) -> Self {
         Members { started: now, lease_duration, seen: HashMap::new(), ended: HashMap::new(), listed: None }
@@ -199,16 +198,31 @@ impl Members {
     /// out, it is forgotten. (The coordinator deletes a Lease only once its member is long gone: kept,
     /// its holder would be silent for ever in every member, and the ring failing over for ever.)
     pub fn observe(&mut self, leases: impl IntoIterator<Item = (String, Record)>, sent: Instant, now: Instant) {
+        self.observe_sighted(leases, sent, now, |_, _| None);
+    }
+
+    /// As `observe`, with `sighted` telling when a record new to this list was first seen before it (by
+    /// the watch of the ring's Leases, `Renewals`): the record was written by then, so its renewal is
+    /// dated from then. A renewal dated from the list that brings it is dated up to a retry period late,
+    /// and the member given up that much later.
+    pub fn observe_sighted(
+        &mut self,
+        leases: impl IntoIterator<Item = (String, Record)>,
+        sent: Instant,
+        now: Instant,
+        sighted: impl Fn(&str, &Record) -> Option<Instant>,
+    ) {
         let mut listed = HashSet::new();
         for (member, record) in leases {
             listed.insert(member.clone());
             let record = (record.0.filter(|h| !h.is_empty()), record.1, record.2);
-            let entry = self.seen.entry(member).or_insert_with(|| (record.clone(), now));
+            let since = sighted(&member, &record).map_or(now, |at| at.min(now));
+            let entry = self.seen.entry(member).or_insert_with(|| (record.clone(), since));
             if entry.0 != record {
                 if let Some(before) = entry.0.0.as_ref().filter(|before| record.0.as_ref() != Some(before)) {
                     self.ended.insert(before.clone(), now);
                 }
-                *entry = (record, now);
+                *entry = (record, since);
             }
         }
         self.listed = self.listed.max(Some(sent));
@@ -317,6 +331,8 @@ pub struct Coordinator {
     pub records: watch::Sender<Published>,
     /// The records this coordinator wants written, for a term of its Lease: its renewals write them.
     pub publish: watch::Sender<Option<(u64, String)>>,
+    /// When each Lease's latest record was first seen, by a watch of the ring's Leases.
+    pub renewals: Renewals,
 }
 
 /// A parent of one controller: the controller's id in the set, and the parent's place.
@@ -355,12 +371,10 @@ impl Coordinator {
                 .unwrap_or_default();
             let leases = leases
                 .items
-                .into_iter()
+                .iter()
                 .filter_map(|lease| {
-                    let member = lease.metadata.name.as_deref()?.strip_prefix(&prefix)?.to_owned();
-                    let version = lease.metadata.resource_version.unwrap_or_default();
-                    let spec = lease.spec.unwrap_or_default();
-                    Some((member, (spec.holder_identity, spec.renew_time, spec.lease_duration_seconds), version))
+                    let (member, record) = record_of(lease, &prefix)?;
+                    Some((member, record, lease.metadata.resource_version.clone().unwrap_or_default()))
                 })
                 .collect();
             Ok((leases, adoptions, sent))
@@ -371,7 +385,8 @@ impl Coordinator {
     /// returns each Lease's resourceVersion, by member, and the records.
     fn take(&self, members: &mut Members, (leases, adoptions, sent): Listing) -> (Vec<(String, String)>, Adoptions) {
         let versions = leases.iter().map(|(member, _, version)| (member.clone(), version.clone())).collect();
-        members.observe(leases.into_iter().map(|(member, record, _)| (member, record)), sent, Instant::now());
+        let leases = leases.into_iter().map(|(member, record, _)| (member, record));
+        members.observe_sighted(leases, sent, Instant::now(), |member, record| self.renewals.sighted(member, record));
         let silent = members.silent(self.silent_after(), Instant::now());
         let live = members.live_holders(Instant::now());
         self.records.send_if_modified(|published| {
@@ -924,6 +939,7 @@ mod tests {
     }
 
     fn record(holder: Option<&str>, renewed: i64) -> Record {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
         let at = k8s_openapi::jiff::Timestamp::from_second(renewed).unwrap();
         (holder.map(Into::into), Some(MicroTime(at)), Some(15))
     }
@@ -983,6 +999,32 @@ mod tests {
         assert_eq!(members.silent(Duration::from_secs(10), later(16)), BTreeSet::new());
         assert_eq!(members.gone_for("d", later(20)), None);
         assert!(members.live_holders(later(16)).is_empty());
+    }
+
+    #[test]
+    fn a_renewal_sighted_before_the_list_that_brings_it_is_dated_from_the_sighting() {
+        let start = Instant::now();
+        let later = |s: u64| start + Duration::from_secs(s);
+        let (renewed, before) = (record(Some("b_1"), 2), record(Some("b_1"), 1));
+        let sighted = |at: Instant| {
+            let renewed = renewed.clone();
+            move |member: &str, r: &Record| (member == "b" && *r == renewed).then_some(at)
+        };
+        let mut members = Members::new(Duration::from_secs(15), start);
+        members.observe([("b".to_owned(), before.clone())], start, start);
+        // The watch saw the renewal at 1; the list sent at 2 brings it.
+        members.observe_sighted([("b".to_owned(), renewed.clone())], later(2), later(2), sighted(later(1)));
+        assert!(members.live("b", later(16)) && !members.live("b", later(17)), "live until 16, not 17");
+        members.observe([("b".to_owned(), renewed.clone())], later(17), later(17));
+        assert!(members.gone("b_1", start), "a list sent 16 s after the sighting still shows it");
+        // A sighting is never later than the list that brings the record (a watch behind the lists).
+        let mut members = Members::new(Duration::from_secs(15), start);
+        members.observe([("b".to_owned(), before)], start, start);
+        members.observe_sighted([("b".to_owned(), renewed.clone())], later(2), later(2), sighted(later(5)));
+        assert!(members.live("b", later(17)) && !members.live("b", later(18)));
+        // A record already taken in keeps its date, whatever is sighted later.
+        members.observe_sighted([("b".to_owned(), renewed.clone())], later(4), later(4), sighted(later(1)));
+        assert!(members.live("b", later(17)));
     }
 
     #[test]

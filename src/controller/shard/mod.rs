@@ -5,3 +5,4 @@
 
 pub mod controllers;
 pub mod coordinator;
+pub mod renewals;
