@@ -197,14 +197,11 @@ impl Members {
     /// A Lease no longer listed keeps its last record, and so runs out like one not renewed; once run
     /// out, it is forgotten. (The coordinator deletes a Lease only once its member is long gone: kept,
     /// its holder would be silent for ever in every member, and the ring failing over for ever.)
-    pub fn observe(&mut self, leases: impl IntoIterator<Item = (String, Record)>, sent: Instant, now: Instant) {
-        self.observe_sighted(leases, sent, now, |_, _| None);
-    }
-
-    /// As `observe`, with `sighted` telling when a record new to this list was first seen before it (by
-    /// the watch of the ring's Leases, `Renewals`): the record was written by then, so its renewal is
-    /// dated from then. A renewal dated from the list that brings it is dated up to a retry period late,
-    /// and the member given up that much later.
+    ///
+    /// `sighted` tells when a record new to this list was first seen before it (by the watch of the
+    /// ring's Leases, `Renewals`): the record was written by then, so its renewal is dated from then. A
+    /// renewal dated from the list that brings it is dated up to a retry period late, and the member
+    /// given up that much later.
     pub fn observe_sighted(
         &mut self,
         leases: impl IntoIterator<Item = (String, Record)>,
@@ -234,6 +231,12 @@ impl Members {
         // An incarnation ended long ago would be judged gone by the rule for the never seen anyway.
         let forget = self.lease_duration * FORGET_AFTER_LEASES;
         self.ended.retain(|_, at| now.duration_since(*at) < forget);
+    }
+
+    /// `observe_sighted` with no sightings: every record dated from the list that brings it.
+    #[cfg(test)]
+    fn observe(&mut self, leases: impl IntoIterator<Item = (String, Record)>, sent: Instant, now: Instant) {
+        self.observe_sighted(leases, sent, now, |_, _| None);
     }
 
     /// When the latest list taken in was sent.

@@ -29,15 +29,16 @@ pub type Record = (Option<String>, Option<MicroTime>, Option<i32>);
 /// The member a Lease of the ring is for (its name after `<ring>.`), and its record.
 pub fn record_of(lease: &Lease, prefix: &str) -> Option<(String, Record)> {
     let member = lease.metadata.name.as_deref()?.strip_prefix(prefix)?.to_owned();
-    let spec = lease.spec.clone().unwrap_or_default();
-    Some((member, (spec.holder_identity.filter(|h| !h.is_empty()), spec.renew_time, spec.lease_duration_seconds)))
+    let spec = lease.spec.as_ref();
+    let holder = spec.and_then(|s| s.holder_identity.clone()).filter(|h| !h.is_empty());
+    Some((member, (holder, spec.and_then(|s| s.renew_time.clone()), spec.and_then(|s| s.lease_duration_seconds))))
 }
 
 /// The latest record of each member's Lease, and when it was first seen. Stops watching when dropped.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Renewals {
     seen: Arc<Mutex<Sightings>>,
-    watch: Option<AbortHandle>,
+    watch: AbortHandle,
 }
 
 /// By member: its Lease's latest record and when it was first seen.
@@ -101,7 +102,7 @@ impl Renewals {
                 }
             }
         });
-        Renewals { seen, watch: Some(task.abort_handle()) }
+        Renewals { seen, watch: task.abort_handle() }
     }
 
     /// When `member`'s Lease was first seen holding `record`, if that is still its latest record seen.
@@ -112,9 +113,7 @@ impl Renewals {
 
 impl Drop for Renewals {
     fn drop(&mut self) {
-        if let Some(watch) = &self.watch {
-            watch.abort();
-        }
+        self.watch.abort();
     }
 }
 
