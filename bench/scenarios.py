@@ -37,8 +37,8 @@ class Bench:
             args = [b["loop"], "-kubeconfig", self.env["KUBECONFIG"]]
         elif driver == "poll":
             args = [b["samplectl"], "reconcile", "-n", ns]
-        elif driver == "watch":
-            args = [b["samplectl"], "reconcile", "--watch", "-n", ns]
+        elif driver in ("watch", "watch-before"):
+            args = [b["samplectl" if driver == "watch" else "samplectl-before"], "reconcile", "--watch", "-n", ns]
             if concurrency:
                 args += ["--concurrency", str(concurrency)]
         elif driver == "peer":
@@ -322,10 +322,14 @@ class Floor:
             self.todo.put(None)
 
 
+BEFORE_LABEL = "samplectl watch at 2e8ffbe, before the compact caches, concurrency 8"
 CONVERGENCE_SETUPS = [
     # (label, driver, options)
     ("samplectl watch, concurrency 8 (default)", "watch", {"concurrency": 8}),
     ("samplectl watch, concurrency 32", "watch", {"concurrency": 32}),
+    # samplectl before the watch driver's compact caches (scripts/bench builds it), for the burst pace
+    # before and after them in one run.
+    (BEFORE_LABEL, "watch-before", {"concurrency": 8}),
     ("controller-runtime, 1 worker (default)", "peer", {}),
     ("controller-runtime, 8 workers", "peer", {"workers": 8}),
     ("floor (compiled), 32 workers", "floor", {"workers": 32}),
@@ -339,7 +343,10 @@ def convergence(bench, sizes, reps, log, only_ours=()):
     out = {}
     for n in sizes:
         for label, driver, opts in CONVERGENCE_SETUPS:
-            if n in only_ours and not (driver == "floor" or label.endswith("(default)") and driver == "watch"):
+            if n in only_ours and not (driver in ("floor", "watch-before")
+                                       or label.endswith("(default)") and driver == "watch"):
+                continue
+            if driver == "watch-before" and "samplectl-before" not in bench.bins:
                 continue
             runs = []
             for rep in range(reps.get(n, 1)):
