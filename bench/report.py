@@ -256,7 +256,10 @@ def convergence_section(results, w, verdicts, out):
     data = results["convergence"]
     w("## 3. Convergence\n")
     w("The client runs and has reconciled a warm-up Sample; then n Samples are created in one burst by 16 "
-      "concurrent creators. Time from the first create to the bench's watch on Samples seeing the last one "
+      "concurrent creators: the floor's own compiled client sending only the creates (`-creates-only`, the "
+      "same bodies), so that the creates cost the machine what they cost in the floor's run (the bench's "
+      "Python creators, used before 2026-11-29, took about 8 CPU-seconds more per 20,000 from the 2 cores "
+      "the API server needs). Time from the first create to the bench's watch on Samples seeing the last one "
       "Ready. The floor (`bench/peers/floor`, compiled Go, client-go's keep-alive HTTP/2 connection, no "
       "client-side rate limit, 32 workers) sends the same creates itself and, right after each create "
       "answers, the three writes the contract needs: create the ConfigMap, create the Event, apply the "
@@ -265,7 +268,9 @@ def convergence_section(results, w, verdicts, out):
       "the bottleneck for it (8, 32 or 128 workers make no difference), so samplectl at or just under 1.0x "
       "of it means samplectl is at the API server's pace too, not that it beats a floor. The burst pace "
       "before and after the watch driver's compact caches (ab5baf9) is compared in the same run: samplectl "
-      "built at 2e8ffbe, the commit before them, by `scripts/bench`. Peak memory is the client's VmHWM."
+      "built at 2e8ffbe, the commit before them, by `scripts/bench`. Single runs at 5,000 and 20,000 vary "
+      "by tens of percent from one run of the bench to the next on this machine, the floor's as much as "
+      "samplectl's: compare rows within a run. Peak memory is the client's VmHWM."
       f"{measured_on(results, 'convergence')}\n")
     w("| Samples | client | seconds | Samples/s | creates took s | peak RSS MiB |")
     w("|---:|---|---:|---:|---:|---:|")

@@ -3,7 +3,9 @@
 // for each Sample as soon as its create has answered, the three writes samplectl's contract needs:
 // create the ConfigMap, create the Event, apply the status. The Sample's UID comes from the create's
 // answer, so it reads and watches nothing. Keep-alive connections (client-go's HTTP/2), no client-side
-// rate limit, and enough workers that the API server, not this process, sets the pace.
+// rate limit, and enough workers that the API server, not this process, sets the pace. With
+// -creates-only it sends the creates alone: the burst a controller under test answers, from a client
+// that costs the machine what the floor's own creates cost.
 package main
 
 import (
@@ -36,6 +38,7 @@ func main() {
 	count := flag.Int("count", 1000, "Samples to create")
 	prefix := flag.String("prefix", "c-", "Sample names are this prefix and a 5-digit index")
 	workers := flag.Int("workers", 32, "concurrent workers, each a create followed by the three writes")
+	createsOnly := flag.Bool("creates-only", false, "send the creates alone, for a controller to answer")
 	flag.Parse()
 	if *namespace == "" {
 		fmt.Fprintln(os.Stderr, "floor: -namespace is required")
@@ -66,7 +69,7 @@ func main() {
 				if i >= *count {
 					return
 				}
-				if err := one(ctx, client, *namespace, fmt.Sprintf("%s%05d", *prefix, i)); err != nil {
+				if err := one(ctx, client, *namespace, fmt.Sprintf("%s%05d", *prefix, i), *createsOnly); err != nil {
 					if failed.Add(1) <= 5 {
 						fmt.Fprintln(os.Stderr, "floor:", err)
 					}
@@ -75,13 +78,17 @@ func main() {
 		}()
 	}
 	wg.Wait()
-	fmt.Printf("%d Samples and their three writes in %.3fs, %d failed\n", *count, time.Since(started).Seconds(), failed.Load())
+	what := "Samples and their three writes"
+	if *createsOnly {
+		what = "Samples"
+	}
+	fmt.Printf("%d %s in %.3fs, %d failed\n", *count, what, time.Since(started).Seconds(), failed.Load())
 	if failed.Load() > 0 {
 		os.Exit(1)
 	}
 }
 
-func one(ctx context.Context, client dynamic.Interface, ns, name string) error {
+func one(ctx context.Context, client dynamic.Interface, ns, name string, createsOnly bool) error {
 	// The bench's sample_body(name, "value of " + name).
 	value := "value of " + name
 	sample := &unstructured.Unstructured{Object: map[string]any{
@@ -91,6 +98,9 @@ func one(ctx context.Context, client dynamic.Interface, ns, name string) error {
 	created, err := client.Resource(samples).Namespace(ns).Create(ctx, sample, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create sample %s: %w", name, err)
+	}
+	if createsOnly {
+		return nil
 	}
 	uid, generation := created.GetUID(), created.GetGeneration()
 	owner := map[string]any{
