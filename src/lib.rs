@@ -3,7 +3,7 @@
 //!
 //! Layers, each depending only on those after it: `cli` and `commands` (the command line), `controller`
 //! (the only writer), `output` (printing), `cluster` (reading from the API server), and the leaves
-//! `error`, `duration`, `logging` and `signal`. ARCHITECTURE.md is the map.
+//! `error`, `duration`, `logging`, `process` and `signal`. ARCHITECTURE.md is the map.
 
 pub mod certificates;
 pub mod cli;
@@ -15,4 +15,5 @@ pub mod error;
 pub mod go_json;
 pub mod logging;
 pub mod output;
+pub mod process;
 pub mod signal;

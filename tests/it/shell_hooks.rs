@@ -62,10 +62,20 @@ impl Hooks {
     }
 
     fn run(&self, extra: &[&str]) -> Background {
+        Background::start(&self.args(extra).iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// The same, as the first process of a PID namespace of its own, as in a container without init.
+    fn run_as_pid_one(&self, extra: &[&str]) -> Background {
+        Background::start_as_pid_one(&self.args(extra).iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    fn args(&self, extra: &[&str]) -> Vec<String> {
         let (root, tmp) = (self.root(), self.tmp());
-        let mut args = vec!["reconcile", "--hooks-dir", root.to_str().unwrap(), "--tmp-dir", tmp.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        Background::start(&args)
+        let mut args: Vec<String> = vec!["reconcile".into(), "--hooks-dir".into(), root.display().to_string()];
+        args.extend(["--tmp-dir".into(), tmp.display().to_string()]);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
     }
 
     /// The lines hooks appended to `out/<name>`.
@@ -1240,4 +1250,70 @@ done"#,
         let (code, logged) = member.stop("TERM", Duration::from_secs(15));
         assert_eq!(code, Some(0), "{logged}");
     }
+}
+
+/// The zombies among `root`'s descendants, by pid.
+fn zombies_below(root: u32) -> std::collections::BTreeSet<u32> {
+    let mut parent = std::collections::HashMap::new();
+    let mut zombie = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+        if let (Some(state), Some(ppid)) = (fields.first(), fields.get(1).and_then(|p| p.parse::<u32>().ok())) {
+            parent.insert(pid, ppid);
+            if *state == "Z" {
+                zombie.insert(pid);
+            }
+        }
+    }
+    let below = |mut pid: u32| {
+        while let Some(&up) = parent.get(&pid) {
+            if up == root {
+                return true;
+            }
+            pid = up;
+        }
+        false
+    };
+    zombie.into_iter().filter(|&pid| below(pid)).collect()
+}
+
+#[test]
+fn as_pid_one_samplectl_reaps_what_hooks_leave_behind() {
+    let _cluster = crate::support::shared();
+    let hooks = Hooks::new();
+    // Each run leaves processes its shell never waits for; when the run ends they are given to PID 1.
+    hooks.hook(
+        "orphans.sh",
+        "configVersion: v1\nschedule:\n- crontab: '*/1 * * * * *'",
+        r#"( sleep 0.1 >/dev/null 2>&1 & ); ( sleep 0.1 >/dev/null 2>&1 & ); echo run >> "$OUT/runs""#,
+    );
+    let mut run = hooks.run_as_pid_one(&[]);
+    eventually(SOON, "five runs", || match hooks.lines("runs").len() {
+        n if n >= 5 => Ok(()),
+        n => Err(format!("{n} runs")),
+    });
+    let unshare = run.child.id();
+    let before = zombies_below(unshare);
+    std::thread::sleep(Duration::from_secs(3));
+    let after = zombies_below(unshare);
+    let kept: Vec<_> = before.intersection(&after).collect();
+    assert!(kept.is_empty(), "zombies left for 3 s: {kept:?}\n{}", run.stderr());
+    // SIGTERM to PID 1 (as the kubelet sends it) reaches samplectl, which drains and exits 0, and PID 1
+    // exits as samplectl did.
+    let children = format!("/proc/{unshare}/task/{unshare}/children");
+    let first = std::fs::read_to_string(&children).unwrap();
+    let first = first.split_whitespace().next().expect("unshare's child, PID 1 of the namespace");
+    let status = std::process::Command::new("kill").args(["-TERM", first]).status().unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + SOON;
+    let code = loop {
+        if let Some(status) = run.child.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(std::time::Instant::now() < deadline, "samplectl did not stop on SIGTERM:\n{}", run.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(0), "{}", run.stderr());
 }

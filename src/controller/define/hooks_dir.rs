@@ -11,7 +11,11 @@ use std::process::Stdio;
 
 use anyhow::{Result, anyhow, bail};
 
+use tokio::io::AsyncReadExt;
+
 use crate::controller::rules::shell::config::{self, HookConfig};
+use crate::process::group::Group;
+use crate::process::lines;
 
 /// One hook: its name (its path inside the directory), where it is, and what it is bound to.
 #[derive(Debug)]
@@ -133,28 +137,63 @@ fn walk(root: &Path, dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// The hook's answer to `--config`, run from the hooks directory with nothing on its input.
+/// The most a hook's `--config` may print: a config is a page of YAML, and a hook that prints without
+/// end must not take the engine's memory with it.
+const MAX_CONFIG: u64 = 4 << 20;
+
+/// How long a hook has to print its config: a start waits for every hook's, in turn.
+const CONFIG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The hook's answer to `--config`, run from the hooks directory with nothing on its input, in a
+/// process group of its own that ends with the run.
 async fn config_output(root: &Path, path: &Path) -> Result<Vec<u8>> {
-    let output = tokio::process::Command::new(path)
-        .arg("--config")
-        .current_dir(root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|err| anyhow!("cannot get config for hook '{}': {err}", path.display()))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        for line in stderr.lines().filter(|l| !l.is_empty()) {
-            tracing::error!(hook = %path.display(), "hook --config stderr: {line}");
+    let cannot = |why: String| anyhow!("cannot get config for hook '{}': {why}", path.display());
+    let mut group = Group::spawn(
+        tokio::process::Command::new(path)
+            .arg("--config")
+            .current_dir(root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .map_err(|err| cannot(err.to_string()))?;
+    let child = group.child();
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let logged = path.display().to_string();
+    let errors = tokio::spawn(async move {
+        let mut failed = Vec::new();
+        lines::each_line(stderr, |line| {
+            if !line.is_empty() && failed.len() < 100 {
+                failed.push(line);
+            }
+        })
+        .await;
+        failed
+    });
+    let run = async {
+        let mut output = Vec::new();
+        (&mut stdout).take(MAX_CONFIG + 1).read_to_end(&mut output).await.map_err(|err| cannot(err.to_string()))?;
+        if output.len() as u64 > MAX_CONFIG {
+            return Err(cannot(format!("printed more than {} MiB", MAX_CONFIG >> 20)));
         }
-        let status = match output.status.code() {
+        let status = group.end().await.map_err(|err| cannot(err.to_string()))?;
+        Ok((status, output))
+    };
+    let (status, output) = match tokio::time::timeout(CONFIG_TIMEOUT, run).await {
+        Ok(done) => done?,
+        Err(_) => return Err(cannot(format!("did not answer within {}", crate::duration::format(CONFIG_TIMEOUT)))),
+    };
+    drop(group);
+    if !status.success() {
+        for line in errors.await.unwrap_or_default() {
+            tracing::error!(hook = logged.as_str(), "hook --config stderr: {line}");
+        }
+        let status = match status.code() {
             Some(code) => format!("exit status {code}"),
-            None => format!("{}", output.status),
+            None => format!("{status}"),
         };
         bail!("cannot get config for hook '{}': {status}", path.display());
     }
-    Ok(output.stdout)
+    Ok(output)
 }

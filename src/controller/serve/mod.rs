@@ -3,6 +3,8 @@
 //! TLS (`tls`) to callers the API server says may read it (`metrics_access`).
 
 pub mod health;
+pub mod http;
+pub mod inflight;
 pub mod metrics;
 pub mod metrics_access;
 pub mod tls;
@@ -20,7 +22,6 @@ use axum::routing::get;
 use health::Health;
 use metrics::Metrics;
 use metrics_access::{Decision, MetricsAccess, bearer};
-use tls::TlsListener;
 
 /// Where the controllers report: the probes' state and the metrics, shared by everything a process runs.
 #[derive(Clone)]
@@ -57,9 +58,10 @@ pub async fn serve_health(addr: SocketAddr, health: Arc<Health>) -> Result<()> {
                 }
             }),
         );
+    let app = app.layer(axum::extract::DefaultBodyLimit::max(SMALL_BODY));
     let listener = bind(addr, "health probes").await?;
     tracing::info!("health probes on http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(http::serve(listener, None, app, std::future::pending()));
     Ok(())
 }
 
@@ -68,6 +70,9 @@ pub struct Secure {
     pub tls: Arc<rustls::ServerConfig>,
     pub access: Arc<MetricsAccess>,
 }
+
+/// The probes and `/metrics` are read with GETs: a body is never needed.
+const SMALL_BODY: usize = 64 << 10;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -81,8 +86,9 @@ pub async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, secure: Opti
                 async move { ([("content-type", OPENMETRICS)], metrics.render()) }
             }),
         );
+        let app = app.layer(axum::extract::DefaultBodyLimit::max(SMALL_BODY));
         tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        tokio::spawn(http::serve(listener, None, app, std::future::pending()));
         return Ok(());
     };
     let access = secure.access;
@@ -101,9 +107,10 @@ pub async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, secure: Opti
                     )
                         .into_response(),
                     Err(err) => {
+                        // The API server's words stay in the log: the caller is not authenticated yet.
                         let why = crate::error::describe(&err);
                         tracing::warn!("metrics: cannot check a scraper's token: {why}");
-                        (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot check the token: {why}")).into_response()
+                        (StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error").into_response()
                     }
                 }
             }
@@ -113,7 +120,7 @@ pub async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, secure: Opti
         "metrics on https://{}/metrics (a token allowed to get /metrics is required)",
         listener.local_addr()?
     );
-    let listener = TlsListener::new(listener, secure.tls);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let app = app.layer(axum::extract::DefaultBodyLimit::max(SMALL_BODY));
+    tokio::spawn(http::serve(listener, Some(secure.tls), app, std::future::pending()));
     Ok(())
 }

@@ -3,22 +3,14 @@
 //! start-up, as controller-runtime does. Prometheus scrapes with `insecure_skip_verify` or the CA of the
 //! given certificate; the token check is what keeps the metrics private either way.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use rustls::ServerConfig;
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 
 use crate::certificates;
-
-/// A slow or broken client may not hold the listener up for longer than this.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn server_config(cert_dir: Option<&Path>) -> Result<Arc<ServerConfig>> {
     let key = match cert_dir {
@@ -71,38 +63,6 @@ fn build(key: Arc<CertifiedKey>, client_cas: &[PathBuf]) -> Result<Arc<ServerCon
     let mut config = builder.with_cert_resolver(Arc::new(SingleCertAndKey::from(key)));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// A TCP listener whose connections are TLS, for `axum::serve`.
-pub struct TlsListener {
-    tcp: TcpListener,
-    acceptor: TlsAcceptor,
-}
-
-impl TlsListener {
-    pub fn new(tcp: TcpListener, config: Arc<ServerConfig>) -> Self {
-        TlsListener { tcp, acceptor: TlsAcceptor::from(config) }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let (stream, addr) = axum::serve::Listener::accept(&mut self.tcp).await;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => return (tls, addr),
-                Ok(Err(err)) => tracing::debug!("TLS handshake with {addr} failed: {err}"),
-                Err(_) => tracing::debug!("TLS handshake with {addr} timed out"),
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
-    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! Calling a sync hook: a local command (the request on its stdin, the answer on its stdout, its stderr
 //! passed to the log line by line with the parent's name), a long-running process (a request per line,
 //! `process.rs`) or an HTTP URL (the request POSTed, the answer in a 200 response, as metacontroller's
-//! webhooks). Each call has a deadline; a command that outlives it is killed with its whole process
-//! group, so a shell hook's pipeline cannot linger.
+//! webhooks). Each call has a deadline; whenever a call ends (answered, past its deadline, or dropped
+//! by a reconcile's deadline or a stop), the command's whole process group ends with it, so a shell
+//! hook's pipeline cannot linger.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -10,12 +11,13 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Version;
 use super::process::Pool;
 use super::security::{Https, Secured};
 use crate::cluster::deadline::AnswerLimit;
+use crate::process::group::Group;
 
 /// An answer larger than this is refused: a hook that prints without end must not exhaust memory.
 const MAX_ANSWER: usize = 64 << 20;
@@ -85,19 +87,16 @@ impl Address {
     }
 }
 
-/// Starts a command hook with piped stdin, stdout and stderr.
-pub(super) fn spawn(words: &[String]) -> Result<tokio::process::Child, String> {
-    tokio::process::Command::new(&words[0])
-        .args(&words[1..])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group, so that on a timeout everything it started is killed with it, and a
-        // Ctrl-C meant for samplectl does not cut a hook short before samplectl decides to stop.
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|err| format!("cannot be started: {err}"))
+/// Starts a command hook with piped stdin, stdout and stderr, leading a process group of its own.
+pub(super) fn spawn(words: &[String]) -> Result<Group, String> {
+    Group::spawn(
+        tokio::process::Command::new(&words[0])
+            .args(&words[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .map_err(|err| format!("cannot be started: {err}"))
 }
 
 fn words(line: &str) -> Result<Vec<String>, String> {
@@ -191,8 +190,8 @@ impl Hook {
     }
 
     async fn run(&self, words: &[String], object: &str, stdin: Vec<u8>) -> Result<Vec<u8>, String> {
-        let mut child = spawn(words)?;
-        let pid = child.id();
+        let mut group = spawn(words)?;
+        let child = group.child();
         let (mut input, mut output, errors) = (
             child.stdin.take().expect("stdin is piped"),
             child.stdout.take().expect("stdout is piped"),
@@ -200,12 +199,12 @@ impl Hook {
         );
         let object = object.to_owned();
         let stderr = tokio::spawn(async move {
-            let mut lines = BufReader::new(errors).lines();
             let mut last = String::new();
-            while let Ok(Some(line)) = lines.next_line().await {
+            crate::process::lines::each_line(errors, |line| {
                 tracing::info!(object = object.as_str(), "{object}: hook: {line}");
                 last = line;
-            }
+            })
+            .await;
             last
         });
         let work = async {
@@ -219,16 +218,13 @@ impl Hook {
                 async { (&mut output).take(MAX_ANSWER as u64 + 1).read_to_end(&mut answer).await.map(|_| ()) };
             let ((), read) = tokio::join!(writing, reading);
             read.map_err(|err| format!("cannot be read: {err}"))?;
-            let status = child.wait().await.map_err(|err| format!("cannot be waited for: {err}"))?;
+            // Whatever it left running ends with it.
+            let status = group.end().await.map_err(|err| format!("cannot be waited for: {err}"))?;
             Ok::<_, String>((status, answer))
         };
         let outcome = tokio::time::timeout(self.timeout, work).await;
-        if outcome.is_err()
-            && let Some(pid) = pid
-        {
-            // SAFETY: kill(2) with a negative pid signals the process group the hook leads; it touches no memory.
-            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
-        }
+        // Past its deadline, the whole group is killed here (a call dropped early kills it in `Drop`).
+        drop(group);
         let last_line = match tokio::time::timeout(Duration::from_secs(1), stderr).await {
             Ok(Ok(line)) => line,
             _ => String::new(),
@@ -364,5 +360,43 @@ mod tests {
         assert!(garbage.call("ns/p", &request, answer).await.unwrap_err().starts_with("answered invalid JSON"));
         let missing = hook("/nonexistent/hook", 5000);
         assert!(missing.call("ns/p", &request, answer).await.unwrap_err().starts_with("cannot be started"));
+    }
+
+    #[tokio::test]
+    async fn a_hook_that_logs_invalid_bytes_or_endless_lines_still_answers() {
+        // Before stderr was read as bytes, the reader stopped at the first invalid byte and closed the
+        // pipe, and the hook's next write to stderr killed it with SIGPIPE.
+        let request = json!({"parent": {"metadata": {"name": "p"}}});
+        let noisy = hook(
+            r#"sh -c 'printf "bad \377 byte\n" >&2; sleep 0.2; head -c 3000000 /dev/zero | tr "\0" x >&2; printf "\nlast\n" >&2; cat >/dev/null; echo "{\"status\": {\"n\": 2}}"'"#,
+            20_000,
+        );
+        assert_eq!(noisy.call("ns/p", &request, answer).await.unwrap().status, Some(json!({"n": 2})));
+        let failing = hook(r#"sh -c 'printf "\377 gave up\n" >&2; exit 4'"#, 20_000);
+        assert_eq!(failing.call("ns/p", &request, answer).await.unwrap_err(), "exited with status 4: \u{fffd} gave up");
+    }
+
+    #[tokio::test]
+    async fn what_a_command_hook_leaves_running_ends_with_its_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let line = format!(
+            r#"sh -c 'sleep 60 >/dev/null 2>&1 & echo $! > {}; cat >/dev/null; echo "{{}}"'"#,
+            pidfile.display()
+        );
+        let request = json!({"parent": {}});
+        hook(&line, 20_000).call("ns/p", &request, answer).await.unwrap();
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        let stat = format!("/proc/{}/stat", pid.trim());
+        let mut gone = false;
+        for _ in 0..3000 {
+            gone = std::fs::read_to_string(&stat)
+                .map_or(true, |s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'));
+            if gone {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(gone, "the background sleep was killed with the hook's group");
     }
 }

@@ -152,7 +152,7 @@ impl Syncer {
     pub async fn call(&self, family: &Family, inputs: Inputs<'_>, now: &str) -> Result<Answer, String> {
         match self {
             Syncer::Sample => Ok(sample::sync(inputs.parent, inputs.children, now)),
-            Syncer::Graph(graph) => Ok(graph.call(inputs, now)),
+            Syncer::Graph(graph) => Ok(graph::off_the_runtime(|| graph.call(inputs, now))),
             Syncer::Hook(hooks) => {
                 let hook = match (&hooks.finalize, inputs.finalizing) {
                     (Some(finalize), true) => finalize,

@@ -14,8 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::Semaphore;
+
+use crate::process::group::Group;
 
 /// The processes of one hook, and how many may run at once.
 pub struct Pool {
@@ -29,9 +31,8 @@ pub struct Pool {
 
 /// One running process, idle or serving a call.
 struct Worker {
-    child: Child,
-    /// Its process group (its own pid), killed with it even once the process itself was reaped.
-    group: Option<u32>,
+    /// The process and its group, killed together whenever the worker is let go.
+    group: Group,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     /// The parent whose call it serves, for its stderr lines, and its last stderr line since that call began.
@@ -109,9 +110,9 @@ impl Pool {
     fn take_idle(&self) -> Option<Worker> {
         let mut idle = self.idle.lock().expect("not poisoned");
         while let Some(mut worker) = idle.pop() {
-            match worker.child.try_wait() {
-                Ok(None) => return Some(worker),
-                _ => worker.stop(),
+            match worker.group.has_exited() {
+                false => return Some(worker),
+                true => worker.stop(),
             }
         }
         None
@@ -161,28 +162,25 @@ enum Broke {
 
 impl Worker {
     fn start(words: &[String]) -> Result<Worker, String> {
-        let mut child = super::hook::spawn(words)?;
-        let group = child.id();
+        let mut group = super::hook::spawn(words)?;
+        let child = group.child();
         let stdin = child.stdin.take().expect("stdin is piped");
         let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
         let errors = child.stderr.take().expect("stderr is piped");
         let said = Arc::new(Mutex::new(Said::default()));
         let shared = said.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(errors).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let object = {
-                    let mut said = shared.lock().expect("not poisoned");
-                    said.last.clone_from(&line);
-                    said.object.clone()
-                };
-                match object.is_empty() {
-                    true => tracing::info!("hook: {line}"),
-                    false => tracing::info!(object = object.as_str(), "{object}: hook: {line}"),
-                }
+        tokio::spawn(crate::process::lines::each_line(errors, move |line| {
+            let object = {
+                let mut said = shared.lock().expect("not poisoned");
+                said.last.clone_from(&line);
+                said.object.clone()
+            };
+            match object.is_empty() {
+                true => tracing::info!("hook: {line}"),
+                false => tracing::info!(object = object.as_str(), "{object}: hook: {line}"),
             }
-        });
-        Ok(Worker { child, group, stdin, stdout, said })
+        }));
+        Ok(Worker { group, stdin, stdout, said })
     }
 
     /// Writes the request line and reads the answer line.
@@ -212,7 +210,7 @@ impl Worker {
 
     /// Why a process that closed its output gave no answer: its exit status and last stderr line.
     async fn ended(mut self) -> String {
-        let status = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
+        let status = tokio::time::timeout(Duration::from_secs(1), self.group.end()).await;
         // Its stderr reader may still be on its way to the last line.
         tokio::time::sleep(Duration::from_millis(20)).await;
         let last = std::mem::take(&mut self.said.lock().expect("not poisoned").last);
@@ -228,19 +226,8 @@ impl Worker {
         why
     }
 
-    /// Lets it go: its `Drop` kills it and everything it started.
+    /// Lets it go: dropping its `Group` kills it and everything it started (tokio reaps the process).
     fn stop(self) {}
-}
-
-impl Drop for Worker {
-    /// Whenever a process is let go (retired, its call abandoned, the pool dropped at shutdown), its
-    /// whole group is killed; tokio reaps the process itself.
-    fn drop(&mut self) {
-        if let Some(group) = self.group {
-            // SAFETY: kill(2) with a negative pid signals the process group the hook leads; it touches no memory.
-            unsafe { libc::kill(-(group as i32), libc::SIGKILL) };
-        }
-    }
 }
 
 #[cfg(test)]
@@ -422,5 +409,21 @@ for line in sys.stdin:
         });
         assert!(first.is_ok());
         assert_eq!(second.unwrap_err(), "had no free process within 300ms");
+    }
+
+    #[tokio::test]
+    async fn a_process_that_logs_invalid_bytes_keeps_answering() {
+        let noisy = r#"
+import sys, json, os
+for line in sys.stdin:
+    request = json.loads(line)
+    sys.stderr.buffer.write(b"bad \xff byte\n" + b"x" * 100000 + b"\n")
+    sys.stderr.buffer.flush()
+    print(json.dumps({"id": request["id"], "n": request["n"], "pid": os.getpid()}), flush=True)
+"#;
+        let pool = pool(noisy, 1);
+        let first = call(&pool, 1, 10_000).await.unwrap();
+        let second = call(&pool, 2, 10_000).await.unwrap();
+        assert_eq!(first["pid"], second["pid"], "the same process, alive after writing invalid bytes");
     }
 }

@@ -3,13 +3,14 @@
 //! `KUBERNETES_PATCH_PATH`, `VALIDATING_RESPONSE_PATH` (also `ADMISSION_RESPONSE_PATH`) and
 //! `CONVERSION_RESPONSE_PATH` on top of samplectl's own environment, from the hook's own directory,
 //! with nothing on its input. Each line it prints is logged with the hook's name and binding; exit 0 is
-//! success. The files go once the run is over. A run has no time limit, as in shell-operator; it is
-//! stopped, with every process it started, when samplectl stops.
+//! success. The files go once the run is over. A run has no time limit, as in shell-operator; it ends
+//! with every process it started (its process group) when its output closes, or when samplectl stops.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use crate::process::group::Group;
+use crate::process::lines::Lines;
 
 /// What a run is, for its log lines.
 #[derive(Debug, Clone)]
@@ -81,34 +82,32 @@ impl Files {
             write(output, "")?;
         }
         let dir = path.parent().unwrap_or(Path::new("/"));
-        let mut child = tokio::process::Command::new(path)
-            .current_dir(dir)
-            .env("BINDING_CONTEXT_PATH", &self.context)
-            .env("METRICS_PATH", &self.metrics)
-            .env("KUBERNETES_PATCH_PATH", &self.patch)
-            .env("VALIDATING_RESPONSE_PATH", &self.admission)
-            .env("ADMISSION_RESPONSE_PATH", &self.admission)
-            .env("CONVERSION_RESPONSE_PATH", &self.conversion)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so that stopping samplectl stops everything the hook started.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|err| format!("cannot be started: {err}"))?;
-        let mut group = KillGroup(child.id());
+        let mut group = Group::spawn(
+            tokio::process::Command::new(path)
+                .current_dir(dir)
+                .env("BINDING_CONTEXT_PATH", &self.context)
+                .env("METRICS_PATH", &self.metrics)
+                .env("KUBERNETES_PATCH_PATH", &self.patch)
+                .env("VALIDATING_RESPONSE_PATH", &self.admission)
+                .env("ADMISSION_RESPONSE_PATH", &self.admission)
+                .env("CONVERSION_RESPONSE_PATH", &self.conversion)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .map_err(|err| format!("cannot be started: {err}"))?;
+        let child = group.child();
         let stdout = child.stdout.take().expect("stdout is piped");
         let stderr = child.stderr.take().expect("stderr is piped");
         let (out_labels, err_labels) = (labels.clone(), labels.clone());
         let printed = tokio::spawn(async move { log_lines(stdout, "stdout", &out_labels, false).await });
         let said = tokio::spawn(async move { log_lines(stderr, "stderr", &err_labels, true).await });
-        let status = child.wait().await.map_err(|err| format!("cannot be waited for: {err}"))?;
         // As in shell-operator, the run lasts until its output closes: a process it left running with
-        // the hook's output holds the run. Only stopping samplectl kills what is left.
+        // the hook's output holds the run. Then whatever is left of its group ends with it; a run cut
+        // short (samplectl stopping) kills the group when `group` is dropped.
         let _ = printed.await;
         let said = said.await.unwrap_or_default();
-        group.0 = None;
+        let status = group.end().await.map_err(|err| format!("cannot be waited for: {err}"))?;
         if !status.success() {
             let message = match (said.trim(), status.code()) {
                 (said, _) if !said.is_empty() => said.to_owned(),
@@ -135,18 +134,6 @@ impl Files {
     }
 }
 
-/// Kills a run's process group when dropped before the run is over: when samplectl stops it.
-struct KillGroup(Option<u32>);
-
-impl Drop for KillGroup {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            // SAFETY: kill(2) with a negative pid signals the process group the hook leads; it touches no memory.
-            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
-        }
-    }
-}
-
 /// Logs each non-empty line (cut at 10,000 characters, as shell-operator cuts them); keeps stderr's text
 /// for the failure it may explain.
 async fn log_lines(
@@ -155,23 +142,13 @@ async fn log_lines(
     labels: &RunLabels,
     keep: bool,
 ) -> String {
-    // Bytes, not text: a hook may print anything, and its output is read to the end whatever it is, so
-    // that it never writes into a closed pipe.
-    let mut reader = BufReader::new(stream);
+    // Read to the end whatever it is (process/lines.rs), so that the hook never writes into a closed pipe.
+    let mut lines = Lines::new(stream);
     let mut kept = String::new();
-    let mut raw = Vec::new();
-    loop {
-        raw.clear();
-        match reader.read_until(b'\n', &mut raw).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let text = String::from_utf8_lossy(&raw);
-        let line = text.trim_end_matches(['\n', '\r']);
+    while let Some(line) = lines.next().await {
         if line.is_empty() {
             continue;
         }
-        let line: String = line.chars().take(10_000).collect();
         if !log_json_line(&line, output, labels) {
             tracing::info!(
                 hook = labels.hook.as_str(),

@@ -145,8 +145,13 @@ pub fn samplectl_spawn(args: &[&str]) -> std::process::Child {
 
 /// samplectl with only the arguments given, in the background with stdout and stderr piped.
 pub fn samplectl_spawn_bare(args: &[&str]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_samplectl"))
-        .args(args)
+    spawn_piped(Command::new(env!("CARGO_BIN_EXE_samplectl")).args(args))
+}
+
+/// `command` started as samplectl is in every test: no KUBECONFIG or RUST_LOG of the user's, an empty
+/// HOME, stdout and stderr piped.
+fn spawn_piped(command: &mut Command) -> std::process::Child {
+    command
         .env_remove("KUBECONFIG")
         .env_remove("RUST_LOG")
         .env("HOME", empty_home())
@@ -281,6 +286,15 @@ pub struct Background {
 impl Background {
     pub fn start(args: &[&str]) -> Self {
         Self::of(samplectl_spawn(args))
+    }
+
+    /// samplectl as the first process of a PID namespace of its own (as in a container with no init),
+    /// through util-linux's `unshare`; `child` is unshare, whose one child is samplectl.
+    pub fn start_as_pid_one(args: &[&str]) -> Self {
+        let kubeconfig = cluster().kubeconfig.to_str().unwrap();
+        let mut command = Command::new("unshare");
+        command.args(["--pid", "--fork", "--kill-child", env!("CARGO_BIN_EXE_samplectl"), "--kubeconfig", kubeconfig]);
+        Self::of(spawn_piped(command.args(args)))
     }
 
     /// samplectl with only the arguments given (its own --kubeconfig among them).

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -23,14 +23,16 @@ use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use super::{Shared, queue};
 use crate::controller::engine::request::bounded;
 use crate::controller::rules::FIELD_MANAGER;
 use crate::controller::rules::shell::context::{Pending, What};
 use crate::controller::rules::shell::webhook::{self, AdmissionAnswer, Answer};
-use crate::controller::serve::tls::{TlsListener, from_files};
+use crate::controller::serve::http;
+use crate::controller::serve::inflight::{self, Budget};
+use crate::controller::serve::tls::from_files;
 use crate::controller::settings::{WebhookEndpoint, WebhookSettings};
 
 /// The path segment before an admission webhook's id: shell-operator's default configuration id.
@@ -41,9 +43,30 @@ const REGISTER_TRIES: u32 = 5;
 const CRD_WAIT: Duration = Duration::from_secs(15);
 const CRD_TRIES: u32 = 60;
 
+/// The largest AdmissionReview: an update carries the object and its old self, each at most the 3 MiB
+/// the API server accepts in a request, and 2 MiB for the rest (user info, options).
+const MAX_ADMISSION_REVIEW: usize = 8 << 20;
+
+/// The largest ConversionReview: the API server sends every object of a list that needs converting in
+/// one review; 64 MiB is a page of 500 objects of 128 KiB (kubectl asks for pages of 500). A larger
+/// list is refused with 413, and its reader sees the conversion fail.
+const MAX_CONVERSION_REVIEW: usize = 64 << 20;
+
+/// The bytes of the reviews each server reads and answers at once (`serve::inflight`): four of the
+/// largest admission reviews, one of the largest conversions.
+const ADMISSION_BUDGET: usize = 4 * MAX_ADMISSION_REVIEW;
+const CONVERSION_BUDGET: usize = MAX_CONVERSION_REVIEW;
+
+/// How many runs of one hook its webhooks start at once: each is a process, in a container of 256 MiB.
+pub const RUNS_IN_FLIGHT: usize = 8;
+
 /// What the servers' handlers share.
 struct App {
     shared: Arc<Shared>,
+    admission_budget: Budget,
+    conversion_budget: Budget,
+    /// Per hook, its runs in flight.
+    runs: Vec<Arc<Semaphore>>,
     /// Admission bindings by webhook id: (hook, index in its `admission`).
     admission: HashMap<String, (usize, usize)>,
     /// Conversion rules by CRD name, in hook then declaration order.
@@ -73,7 +96,14 @@ pub(super) async fn serve(shared: &Arc<Shared>, settings: &WebhookSettings, stop
         }
     }
     let (has_admission, has_conversion) = (!admission.is_empty(), !conversion.is_empty());
-    let app = Arc::new(App { shared: shared.clone(), admission, conversion });
+    let app = Arc::new(App {
+        shared: shared.clone(),
+        admission_budget: Budget::new(ADMISSION_BUDGET, MAX_ADMISSION_REVIEW),
+        conversion_budget: Budget::new(CONVERSION_BUDGET, MAX_CONVERSION_REVIEW),
+        runs: shared.hooks.iter().map(|_| Arc::new(Semaphore::new(RUNS_IN_FLIGHT))).collect(),
+        admission,
+        conversion,
+    });
     if has_admission {
         read_ca(&settings.admission)?;
         let router = axum::Router::new().route("/healthz", get(|| async { StatusCode::OK }));
@@ -130,15 +160,10 @@ async fn listen(
         "{what} webhook server listens on {}",
         tcp.local_addr().map_or_else(|_| format!("{host}:{port}"), |a| a.to_string())
     );
-    let listener = TlsListener::new(tcp, tls);
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-            tracing::error!("the {what} webhook server stopped: {err}");
-        }
-    });
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    tokio::spawn(http::serve(tcp, Some(tls), router, shutdown));
     Ok(())
 }
 
@@ -318,19 +343,31 @@ fn answer(review: &Value, response: Value) -> Response {
 
 /// One run of a webhook's hook, outside the queues. A standby runs it too, unless its binding reads
 /// snapshots, which only the replica running the hooks has.
-async fn run(shared: &Shared, hook: usize, event: &'static str, context: Pending) -> Result<Answer, NoAnswer> {
+async fn run(
+    app: &App,
+    hook: usize,
+    event: &'static str,
+    context: Pending,
+    wait: Duration,
+) -> Result<Answer, NoAnswer> {
+    let shared = &app.shared;
     if !context.snapshots.is_empty() && !shared.running.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(NoAnswer::NoSnapshots(format!(
             "binding {:?} reads snapshots, and this replica does not run the hooks (it stands by for the Lease)",
             context.binding
         )));
     }
+    let name = &shared.hooks[hook].loaded.name;
+    let Ok(Ok(_run)) = tokio::time::timeout(wait, app.runs[hook].clone().acquire_owned()).await else {
+        let why = format!("hook {name} has {RUNS_IN_FLIGHT} reviews in flight already; try again");
+        tracing::warn!(hook = name.as_str(), binding = context.binding.as_str(), "{why}");
+        return Err(NoAnswer::Busy(why));
+    };
     if let Some(limiter) = &shared.hooks[hook].limiter {
         limiter.wait().await;
     }
     let started = Instant::now();
     let result = queue::run(shared, "", hook, event, std::slice::from_ref(&context), &[]).await;
-    let name = &shared.hooks[hook].loaded.name;
     shared.metrics.reconciled(name, if result.is_ok() { "success" } else { "error" }, started.elapsed());
     if let Err(err) = &result {
         tracing::error!(hook = name.as_str(), binding = context.binding.as_str(), "{name} FAILED: {err}");
@@ -344,9 +381,37 @@ enum NoAnswer {
     Failed,
     /// It was not run: this replica has no snapshots to give it.
     NoSnapshots(String),
+    /// It was not run: the hook has as many runs in flight as it may, until the API server's deadline.
+    Busy(String),
 }
 
-async fn review_admission(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+/// Reads a review's body within the server's budget, or answers why not: 429 when the budget has no
+/// room for it before the API server gives up, 413 past `most`.
+async fn read_body(
+    budget: &Budget,
+    most: usize,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(axum::body::Bytes, tokio::sync::OwnedSemaphorePermit), Response> {
+    let Some(share) = budget.enter(headers, inflight::wait_for(uri)).await else {
+        return Err((StatusCode::TOO_MANY_REQUESTS, "too many reviews in flight; try again").into_response());
+    };
+    match axum::body::to_bytes(body, most).await {
+        Ok(bytes) => Ok((bytes, share)),
+        Err(_) => Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the review cannot be read whole (at most {} MiB)", most >> 20),
+        )
+            .into_response()),
+    }
+}
+
+async fn review_admission(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+    let (body, _share) = match read_body(&app.admission_budget, MAX_ADMISSION_REVIEW, &uri, &headers, body).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
     let (review, request) = match read_review(&headers, &body) {
         Ok(read) => read,
         Err(refused) => return refused.into_response(),
@@ -378,10 +443,11 @@ async fn review_admission(State(app): State<Arc<App>>, uri: Uri, headers: Header
         v0: false,
     };
     let event = if binding.mutating { "KubernetesMutating" } else { "KubernetesValidating" };
-    let response = match run(&app.shared, hook, event, context).await {
+    let response = match run(&app, hook, event, context, inflight::wait_for(&uri)).await {
         Ok(Answer::Admission(Some(answer))) => webhook::admission_response(&uid, &answer),
         Ok(_) => webhook::admission_error(&uid, "handle AdmissionReview: hook task prop error"),
         Err(NoAnswer::NoSnapshots(why)) => webhook::admission_error(&uid, &why),
+        Err(NoAnswer::Busy(why)) => webhook::admission_refusal(&uid, 429, &why),
         Err(NoAnswer::Failed) => webhook::admission_response(
             &uid,
             &AdmissionAnswer { allowed: false, message: "Hook failed".into(), warnings: Vec::new(), patch: Vec::new() },
@@ -390,14 +456,18 @@ async fn review_admission(State(app): State<Arc<App>>, uri: Uri, headers: Header
     answer(&review, response)
 }
 
-async fn review_conversion(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn review_conversion(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+    let (body, _share) = match read_body(&app.conversion_budget, MAX_CONVERSION_REVIEW, &uri, &headers, body).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
     let (review, request) = match read_review(&headers, &body) {
         Ok(read) => read,
         Err(refused) => return refused.into_response(),
     };
     let uid = request.get("uid").cloned().unwrap_or(Value::Null);
     let crd = uri.path().trim_start_matches('/');
-    let result = convert(&app, crd, request).await;
+    let result = convert(&app, crd, request, inflight::wait_for(&uri)).await;
     if let Err(err) = &result {
         tracing::error!(crd, "conversion failed: {err}");
     }
@@ -407,7 +477,7 @@ async fn review_conversion(State(app): State<Arc<App>>, uri: Uri, headers: Heade
 /// Converts the request's objects to its `desiredAPIVersion`: for each version they are in, the chain
 /// of declared conversions to it, one hook run per step, each step given the objects as the previous
 /// left them.
-async fn convert(app: &App, crd: &str, request: Value) -> Result<Vec<Value>, String> {
+async fn convert(app: &App, crd: &str, request: Value, wait: Duration) -> Result<Vec<Value>, String> {
     let desired = request.get("desiredAPIVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
     let mut objects = request.get("objects").and_then(Value::as_array).cloned().unwrap_or_default();
     let count = objects.len();
@@ -433,11 +503,10 @@ async fn convert(app: &App, crd: &str, request: Value) -> Result<Vec<Value>, Str
                 snapshots: binding.include_snapshots.clone(),
                 v0: false,
             };
-            let answer =
-                run(&app.shared, rule.hook, "KubernetesConversion", context).await.map_err(|err| match err {
-                    NoAnswer::NoSnapshots(why) => why,
-                    NoAnswer::Failed => format!("Hook failed to convert to {desired}"),
-                })?;
+            let answer = run(app, rule.hook, "KubernetesConversion", context, wait).await.map_err(|err| match err {
+                NoAnswer::NoSnapshots(why) | NoAnswer::Busy(why) => why,
+                NoAnswer::Failed => format!("Hook failed to convert to {desired}"),
+            })?;
             match answer {
                 // shell-operator's docs promise the hook's message to the API server; its code drops it.
                 Answer::Conversion(Some(said)) if !said.failed_message.is_empty() => {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 
-use super::expr::{PARSER_ENV, visit};
+use super::expr::{PARSER_ENV, compile, visit};
 
 /// The condition types kro writes itself, which `runtime.condition(schema, ...)` may read.
 const KROS: &[&str] = &["Ready", "InstanceManaged", "GraphResolved", "ResourcesReady"];
@@ -16,7 +16,7 @@ const KROS: &[&str] = &["Ready", "InstanceManaged", "GraphResolved", "ResourcesR
 /// Checks the author's condition expressions; the error is kro's.
 pub fn check(expressions: &[String]) -> Result<(), String> {
     let parsed: Vec<Option<IdedExpr>> =
-        expressions.iter().map(|e| PARSER_ENV.compile(e).ok().map(|program| program.expression().clone())).collect();
+        expressions.iter().map(|e| compile(&PARSER_ENV, e).ok().map(|program| program.expression().clone())).collect();
     let mut declared = BTreeSet::new();
     for root in parsed.iter().flatten() {
         let mut types = BTreeSet::new();

@@ -17,6 +17,7 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use super::super::go_json;
+use super::cost;
 use super::expr::{Piece, Template};
 
 /// Why an expression has no value.
@@ -53,6 +54,13 @@ const ALPHANUMERIC: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
 pub fn seeded_string(length: i64, seed: &str) -> Result<String, String> {
     if length <= 0 {
         return Err("random.seededString length must be positive".into());
+    }
+    // kro has no bound: a length taken from an instance's field would let its author fill the memory.
+    if length as u64 > cost::MAX_VALUE_BYTES as u64 {
+        return Err(format!(
+            "random.seededString length must be at most {} (3 MiB, the most the API server accepts in a request)",
+            cost::MAX_VALUE_BYTES
+        ));
     }
     let hash = Sha256::digest(seed.as_bytes());
     Ok((0..length as usize)
@@ -155,6 +163,9 @@ fn is_omit(value: &cel::Value) -> bool {
 /// A context with kro's functions, and no variables yet.
 fn kro_context() -> Context<'static, 'static> {
     let mut context = Context::with_env(ENV.clone());
+    context
+        .add_function(cost::METER, || cost::step().map_err(|e| ExecutionError::function_error(cost::METER, e)))
+        .expect(DISTINCT);
     context.add_function("omit", || cel::Value::Opaque(Arc::new(Omit))).expect(DISTINCT);
     context
         .add_function("random.seededString", |n: i64, seed: Arc<String>| {
@@ -324,12 +335,27 @@ fn at_index(function: &str, list: &[cel::Value], index: i64, inserting: bool) ->
 const DISTINCT: &str = "kro's functions have names of their own";
 
 impl Scope<'_> {
+    /// Parsed (at most the parser's nesting depth), metered (`cost.rs`), evaluated, and checked for
+    /// size.
     fn execute(&self, expression: &str) -> Result<cel::Value, Unresolved> {
-        let program = ENV.compile(expression).map_err(|e| Unresolved::Failed(e.to_string()))?;
-        program.execute(&self.context).map_err(|e| match pending(&e) {
+        let mut program = super::expr::parse(&ENV, expression).map_err(Unresolved::Failed)?;
+        cost::meter(&mut program);
+        cost::start();
+        let value = cel::Value::resolve(&program, &self.context);
+        if cost::exceeded() {
+            return Err(Unresolved::Failed(cost::COST_EXCEEDED.to_owned()));
+        }
+        let value = value.map_err(|e| match pending(&e) {
             true => Unresolved::Pending(e.to_string()),
             false => Unresolved::Failed(e.to_string()),
-        })
+        })?;
+        if cost::larger_than(&value, cost::MAX_VALUE_BYTES) {
+            return Err(Unresolved::Failed(format!(
+                "the expression's value is larger than {} MiB, the most the API server accepts in a request",
+                cost::MAX_VALUE_BYTES >> 20
+            )));
+        }
+        Ok(value)
     }
 
     /// The value of one expression, as JSON.
@@ -463,5 +489,84 @@ mod tests {
         assert_eq!(scope.evaluate("lists.removeAtIndex(['a', 'b'], 0)").unwrap(), json!(["b"]));
         let Err(Unresolved::Failed(why)) = scope.evaluate("lists.setAtIndex([1], 1, 9)") else { panic!() };
         assert!(why.contains("lists.setAtIndex: index 1 out of bounds [0, 1)"), "{why}");
+    }
+
+    fn failure(scope: &Scope, expression: &str) -> String {
+        match scope.evaluate(expression) {
+            Err(Unresolved::Failed(why)) => why,
+            other => panic!("{expression}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_instance_field_cannot_make_an_expression_unbounded() {
+        let instance = json!({"spec": {"length": 1_000_000_000_000_i64, "items": (0..1000).collect::<Vec<_>>()}});
+        let scope = Scope::new(vec![("schema", &instance)]);
+        let why = failure(&scope, "random.seededString(schema.spec.length, 'seed')");
+        assert!(why.contains("length must be at most 3145728"), "{why}");
+        // 10⁹ steps of nested maps: stopped at the millionth.
+        let started = std::time::Instant::now();
+        for expression in [
+            "schema.spec.items.map(a, schema.spec.items.map(b, schema.spec.items.map(c, a + b + c)))",
+            "schema.spec.items.all(a, schema.spec.items.all(b, schema.spec.items.all(c, a + b + c >= 0)))",
+            "schema.spec.items.exists(a, schema.spec.items.exists(b, schema.spec.items.exists(c, c < 0)))",
+            "schema.spec.items.filter(a, schema.spec.items.filter(b, schema.spec.items.exists_one(c, c == a)).size() > 0)",
+            // An error absorbed by `||` still fails the whole expression once the limit is passed.
+            "schema.spec.items.map(a, schema.spec.items.map(b, schema.spec.items.map(c, c))).size() > 0 || true",
+        ] {
+            assert_eq!(failure(&scope, expression), cost::COST_EXCEEDED, "{expression}");
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "each stopped early");
+        // Just under a million steps in all (999 + 999²) is within the limit, and the same as unmetered.
+        let under = json!({"spec": {"items": (0..999).collect::<Vec<_>>()}});
+        let under = Scope::new(vec![("schema", &under)]);
+        assert_eq!(
+            under.evaluate("schema.spec.items.map(a, schema.spec.items.filter(b, b == a)).size()").unwrap(),
+            json!(999)
+        );
+        assert_eq!(scope.evaluate("schema.spec.items.exists_one(a, a == 7)").unwrap(), json!(true));
+        assert_eq!(scope.evaluate("[1, 2, 3].map(x, x > 1, x * 2)").unwrap(), json!([4, 6]));
+        assert_eq!(scope.evaluate("[1, 2, 3].all(x, x > 0) && ![1, 2].exists(x, x > 5)").unwrap(), json!(true));
+        // CEL's error absorption inside a comprehension, metered or not.
+        assert_eq!(scope.evaluate("[0, 1].exists(x, 1 / x > 0)").unwrap(), json!(true));
+    }
+
+    #[test]
+    fn values_larger_than_a_request_and_deep_nesting_are_refused() {
+        let text = "x".repeat(1 << 20);
+        let instance = json!({"spec": {"text": text, "items": (0..4).collect::<Vec<_>>()}});
+        let scope = Scope::new(vec![("schema", &instance)]);
+        let why = failure(&scope, "schema.spec.items.map(i, schema.spec.text)");
+        assert!(why.contains("larger than 3 MiB"), "{why}");
+        assert_eq!(scope.evaluate("schema.spec.items.map(i, schema.spec.text).size()").unwrap(), json!(4));
+        // A debug build's frames are many times a release build's: the parser's own bound (96 levels)
+        // is reached on a thread with a stack as deep as a release build's 2 MiB goes.
+        let nested = std::thread::Builder::new()
+            .stack_size(256 << 20)
+            .spawn(|| {
+                let instance = json!({});
+                let scope = Scope::new(vec![("schema", &instance)]);
+                for deep in [
+                    format!("{}1{}", "[".repeat(5000), "]".repeat(5000)),
+                    format!("{}1{}", "(".repeat(5000), ")".repeat(5000)),
+                    format!("{}true", "!".repeat(5000)),
+                    format!("{}1", "- ".repeat(5000)),
+                    format!("{{'a': {}1{}}}", "{'a': ".repeat(3000), "}".repeat(3000)),
+                ] {
+                    assert_eq!(failure(&scope, &deep), "max recursion depth exceeded");
+                }
+                // Below the bound the parser refuses by itself.
+                for deep in [
+                    format!("{}1{}", "[".repeat(250), "]".repeat(250)),
+                    format!("{}1{}", "(".repeat(250), ")".repeat(250)),
+                ] {
+                    assert!(failure(&scope, &deep).contains("Syntax error"));
+                }
+            })
+            .unwrap();
+        nested.join().unwrap();
+        assert_eq!(scope.evaluate("'((((((' + \"[[[\" + '''!!!'''").unwrap(), json!("(((((([[[!!!"));
+        let long = format!("'{}'", "x".repeat(100_000));
+        assert!(failure(&scope, &long).starts_with("expression code point size exceeds limit: size: 100002"));
     }
 }

@@ -234,6 +234,88 @@ fn walk(value: &Value, path: Path, found: &mut Vec<(Path, Template)>) -> Result<
 /// (`a.?b`, as kro enables it).
 pub static PARSER_ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));
 
+/// cel-go's bound on an expression's length, in code points (`ExpressionSizeCodePointLimit`).
+pub const MAX_EXPRESSION_CHARS: usize = 100_000;
+
+/// The deepest nesting let through to the parser, cel-go's default `maxRecursionDepth`: the parser
+/// refuses past its own depth (96), but its grammar recurses before it counts, and ten thousand `(`
+/// would overflow a thread's stack, aborting every controller in the process.
+pub const MAX_NESTING: usize = 250;
+
+/// `expression` parsed in `env`, once it is known to fit the parser: at most `MAX_EXPRESSION_CHARS`
+/// long, and nested at most `MAX_NESTING` deep. Every parse of an RGD's expressions goes through here.
+pub fn compile(env: &cel::Env, expression: &str) -> Result<cel::Program, String> {
+    fits_the_parser(expression)?;
+    env.compile(expression).map_err(|e| e.to_string())
+}
+
+/// The same, as the bare expression.
+pub fn parse(env: &cel::Env, expression: &str) -> Result<IdedExpr, String> {
+    fits_the_parser(expression)?;
+    env.parser().parse(expression).map_err(|e| e.to_string())
+}
+
+/// Counts, outside string literals, the brackets open at once and runs of prefix operators (`!`, `-`),
+/// each a level of the grammar's recursion; cel-go's words past either bound.
+fn fits_the_parser(expression: &str) -> Result<(), String> {
+    let size = expression.chars().count();
+    if size > MAX_EXPRESSION_CHARS {
+        return Err(format!("expression code point size exceeds limit: size: {size}, limit {MAX_EXPRESSION_CHARS}"));
+    }
+    let (mut depth, mut run, mut deepest) = (0usize, 0usize, 0usize);
+    let mut chars = expression.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' | '\'' => {
+                // A string: to its closing quote (a triple quote closes a triple-quoted one), escapes
+                // skipped; its contents are not syntax.
+                let triple = chars.peek() == Some(&c) && {
+                    let mut ahead = chars.clone();
+                    ahead.next();
+                    ahead.next() == Some(c)
+                };
+                if triple {
+                    chars.next();
+                    chars.next();
+                }
+                let mut closing = 0;
+                while let Some(inner) = chars.next() {
+                    match inner {
+                        '\\' => {
+                            chars.next();
+                            closing = 0;
+                        }
+                        q if q == c => {
+                            closing += 1;
+                            if !triple || closing == 3 {
+                                break;
+                            }
+                        }
+                        _ => closing = 0,
+                    }
+                }
+                run = 0;
+            }
+            '(' | '[' | '{' => {
+                depth += 1;
+                run = 0;
+            }
+            ')' | ']' | '}' => {
+                depth = depth.saturating_sub(1);
+                run = 0;
+            }
+            '!' | '-' => run += 1,
+            c if c.is_whitespace() => {}
+            _ => run = 0,
+        }
+        deepest = deepest.max(depth + run);
+        if deepest > MAX_NESTING {
+            return Err("max recursion depth exceeded".to_owned());
+        }
+    }
+    Ok(())
+}
+
 /// Library namespaces a call may be made through (`random.seededString(...)`), not identifiers.
 const NAMESPACES: &[&str] = &[
     "random", "json", "hash", "base64", "lists", "strings", "math", "optional", "sets", "url", "net", "quantity",
@@ -242,7 +324,7 @@ const NAMESPACES: &[&str] = &[
 
 /// The free identifiers `expression` reads (those no comprehension binds), or the parse error.
 pub fn identifiers(expression: &str) -> Result<BTreeSet<String>, String> {
-    let program = PARSER_ENV.compile(expression).map_err(|e| e.to_string())?;
+    let program = compile(&PARSER_ENV, expression)?;
     let mut names = BTreeSet::new();
     collect(program.expression(), &mut Vec::new(), &mut names);
     Ok(names)
@@ -250,7 +332,7 @@ pub fn identifiers(expression: &str) -> Result<BTreeSet<String>, String> {
 
 /// The functions `expression` calls, by name: `size`, or through a library namespace, `random.seededString`.
 pub fn calls(expression: &str) -> Result<BTreeSet<String>, String> {
-    let program = PARSER_ENV.compile(expression).map_err(|e| e.to_string())?;
+    let program = compile(&PARSER_ENV, expression)?;
     let mut found = BTreeSet::new();
     visit(program.expression(), &mut |node| {
         if let Expr::Call(call) = &node.expr {

@@ -7,6 +7,7 @@ pub mod cel;
 pub mod check;
 pub mod compat;
 pub mod conditions;
+pub mod cost;
 pub mod dag;
 pub mod expr;
 pub mod instance;

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 use serde_json::{Map, Value, json};
 
-use super::expr::PARSER_ENV;
+use super::expr::{PARSER_ENV, compile};
 
 /// A CEL type, as far as the status schema needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,7 +135,7 @@ pub fn unwrapped(schema: &Value) -> &Value {
 
 /// Infers the type of `expression` with `vars` the types of the variables it may read.
 pub fn infer(expression: &str, vars: &HashMap<String, Ty>) -> Ty {
-    match PARSER_ENV.compile(expression) {
+    match compile(&PARSER_ENV, expression) {
         Ok(program) => Infer { vars, locals: Vec::new(), issues: Vec::new() }.expr(program.expression()),
         Err(_) => Ty::Dyn,
     }
@@ -145,7 +145,7 @@ pub fn infer(expression: &str, vars: &HashMap<String, Ty>) -> Ty {
 /// checker's errors as cel-go prints them (`ERROR: <input>:1:12: undefined field 'foo'`, the line and
 /// a caret under where). `locals` are variables beside `vars` (a forEach iterator, `each`).
 pub fn check(expression: &str, vars: &HashMap<String, Ty>, locals: &[(String, Ty)]) -> Result<Ty, String> {
-    let program = PARSER_ENV.compile(expression).map_err(|e| e.to_string())?;
+    let program = compile(&PARSER_ENV, expression)?;
     let mut infer = Infer { vars, locals: locals.to_vec(), issues: Vec::new() };
     let ty = infer.expr(program.expression());
     if infer.issues.is_empty() {

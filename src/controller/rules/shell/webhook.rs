@@ -78,7 +78,12 @@ pub fn admission_response(uid: &Value, answer: &AdmissionAnswer) -> Value {
 
 /// A review refused because it could not be answered (code 500), as shell-operator refuses one.
 pub fn admission_error(uid: &Value, message: &str) -> Value {
-    json!({ "uid": uid, "allowed": false, "status": { "code": 500, "message": message } })
+    admission_refusal(uid, 500, message)
+}
+
+/// A review refused with `code` and `message`, as the API server shows it to the writer.
+pub fn admission_refusal(uid: &Value, code: u16, message: &str) -> Value {
+    json!({ "uid": uid, "allowed": false, "status": { "code": code, "message": message } })
 }
 
 /// What a conversion hook wrote to `$CONVERSION_RESPONSE_PATH`.
