@@ -514,6 +514,14 @@ fn bad_hook_configs_are_refused_with_the_hook_and_the_field() {
         "{}",
         run.stderr
     );
+    // A hook whose config never ends: refused at 4 MiB, whatever it would go on printing.
+    let hooks = Hooks::new();
+    hooks.file("endless.sh", "#!/usr/bin/env bash\nexec yes configVersion\n", 0o755);
+    let run = samplectl(&["reconcile", "--hooks-dir", hooks.root().to_str().unwrap()]);
+    assert_eq!(run.code, 1);
+    let path = hooks.root().join("endless.sh");
+    let wanted = format!("cannot get config for hook '{}': printed more than 4 MiB", path.display());
+    assert!(run.stderr.contains(&wanted), "{}", run.stderr);
     // A directory that is not there.
     let missing = Path::new("/nonexistent/hooks");
     let run = samplectl(&["reconcile", "--hooks-dir", missing.to_str().unwrap()]);

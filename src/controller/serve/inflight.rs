@@ -8,7 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, Uri, header};
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The API server's wait for a webhook when its call says none (`timeoutSeconds` defaults to 10).
@@ -29,9 +31,31 @@ impl Budget {
         Budget { bytes: Arc::new(Semaphore::new(total.max(most))), most }
     }
 
+    /// A request's body, read whole within the budget and held to it until the permit is dropped; or
+    /// the answer that refuses it: 429 when the budget has no room for it before the API server stops
+    /// waiting (`wait_for`), 413 past the most one body may be.
+    pub async fn read(
+        &self,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<(Bytes, OwnedSemaphorePermit), Response> {
+        let Some(share) = self.enter(headers, wait_for(uri)).await else {
+            return Err((StatusCode::TOO_MANY_REQUESTS, "too many reviews in flight; try again").into_response());
+        };
+        match axum::body::to_bytes(body, self.most).await {
+            Ok(bytes) => Ok((bytes, share)),
+            Err(_) => Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the review cannot be read whole (at most {} MiB)", self.most >> 20),
+            )
+                .into_response()),
+        }
+    }
+
     /// The share of a request whose headers are `headers` (its Content-Length, or the most a body may
     /// be), waited for no longer than `wait`; None past it.
-    pub async fn enter(&self, headers: &HeaderMap, wait: Duration) -> Option<OwnedSemaphorePermit> {
+    async fn enter(&self, headers: &HeaderMap, wait: Duration) -> Option<OwnedSemaphorePermit> {
         let length = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
@@ -94,5 +118,23 @@ mod tests {
         assert!(budget.enter(&small, Duration::from_millis(10)).await.is_some(), "80 + 20 fit");
         drop(first);
         assert!(budget.enter(&HeaderMap::new(), Duration::from_millis(10)).await.is_some(), "no length: the most");
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_limit_is_413_and_a_full_budget_429() {
+        let budget = Budget::new(3 << 20, 2 << 20);
+        let uri: Uri = "/review?timeout=2s".parse().unwrap();
+        let (read, held) = budget.read(&uri, &HeaderMap::new(), Body::from(vec![b'x'; 1 << 20])).await.unwrap();
+        assert_eq!(read.len(), 1 << 20);
+        // No Content-Length: the most a body may be (2 MiB) is taken; 1 MiB of the 3 is left.
+        let refused = budget.read(&uri, &HeaderMap::new(), Body::from("{}")).await.unwrap_err();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        drop(held);
+        let mut huge = HeaderMap::new();
+        huge.insert(header::CONTENT_LENGTH, (3u64 << 20).to_string().parse().unwrap());
+        let refused = budget.read(&uri, &huge, Body::from(vec![b'x'; 3 << 20])).await.unwrap_err();
+        assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let text = axum::body::to_bytes(refused.into_body(), 1024).await.unwrap();
+        assert_eq!(text, "the review cannot be read whole (at most 2 MiB)");
     }
 }

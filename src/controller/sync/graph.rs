@@ -44,6 +44,17 @@ fn rendered(text: &str, schema: &Value) -> Option<String> {
     }
 }
 
+/// Runs `work` (an instance's expressions) where it cannot hold up the runtime's other tasks (Lease
+/// renewals, probes, other controllers): on a multi-threaded runtime its worker hands them to another
+/// thread first. Each expression is bounded (`rules::graph::cost`); this keeps even a bounded one from
+/// standing in anyone's way.
+pub fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|runtime| runtime.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
 impl GraphSync {
     pub fn name(&self) -> String {
         format!("the graph of ResourceGraphDefinition {:?}", self.origin.rgd_name)
@@ -89,20 +100,7 @@ impl GraphSync {
             })
             .collect()
     }
-}
 
-/// Runs `work` (an instance's expressions) where it cannot hold up the runtime's other tasks (Lease
-/// renewals, probes, other controllers): on a multi-threaded runtime its worker hands them to another
-/// thread first. Each expression is bounded (`rules::graph::cost`); this keeps even a bounded one from
-/// standing in anyone's way.
-pub fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current().map(|runtime| runtime.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
-    }
-}
-
-impl GraphSync {
     /// What the instance should be, given what the engine observed.
     pub fn call(&self, inputs: Inputs<'_>, now: &str) -> Answer {
         let instance = without_managed_fields(inputs.parent);

@@ -58,7 +58,7 @@ const ADMISSION_BUDGET: usize = 4 * MAX_ADMISSION_REVIEW;
 const CONVERSION_BUDGET: usize = MAX_CONVERSION_REVIEW;
 
 /// How many runs of one hook its webhooks start at once: each is a process, in a container of 256 MiB.
-pub const RUNS_IN_FLIGHT: usize = 8;
+const RUNS_IN_FLIGHT: usize = 8;
 
 /// What the servers' handlers share.
 struct App {
@@ -385,30 +385,8 @@ enum NoAnswer {
     Busy(String),
 }
 
-/// Reads a review's body within the server's budget, or answers why not: 429 when the budget has no
-/// room for it before the API server gives up, 413 past `most`.
-async fn read_body(
-    budget: &Budget,
-    most: usize,
-    uri: &Uri,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<(axum::body::Bytes, tokio::sync::OwnedSemaphorePermit), Response> {
-    let Some(share) = budget.enter(headers, inflight::wait_for(uri)).await else {
-        return Err((StatusCode::TOO_MANY_REQUESTS, "too many reviews in flight; try again").into_response());
-    };
-    match axum::body::to_bytes(body, most).await {
-        Ok(bytes) => Ok((bytes, share)),
-        Err(_) => Err((
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the review cannot be read whole (at most {} MiB)", most >> 20),
-        )
-            .into_response()),
-    }
-}
-
 async fn review_admission(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
-    let (body, _share) = match read_body(&app.admission_budget, MAX_ADMISSION_REVIEW, &uri, &headers, body).await {
+    let (body, _share) = match app.admission_budget.read(&uri, &headers, body).await {
         Ok(read) => read,
         Err(refused) => return refused,
     };
@@ -457,7 +435,7 @@ async fn review_admission(State(app): State<Arc<App>>, uri: Uri, headers: Header
 }
 
 async fn review_conversion(State(app): State<Arc<App>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
-    let (body, _share) = match read_body(&app.conversion_budget, MAX_CONVERSION_REVIEW, &uri, &headers, body).await {
+    let (body, _share) = match app.conversion_budget.read(&uri, &headers, body).await {
         Ok(read) => read,
         Err(refused) => return refused,
     };

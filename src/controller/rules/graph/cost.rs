@@ -15,7 +15,7 @@
 
 use std::cell::Cell;
 
-use cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators};
+use cel::common::ast::{CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue, operators};
 
 /// The most comprehension steps one expression may take: Kubernetes' per-expression cost limit.
 pub const COST_LIMIT: u64 = 1_000_000;
@@ -100,22 +100,22 @@ fn meter_from(expr: &mut IdedExpr, next: &mut u64) {
             }
         }
         Expr::List(list) => list.elements.iter_mut().for_each(|e| meter_from(e, next)),
-        Expr::Map(map) => map.entries.iter_mut().for_each(|entry| match &mut entry.expr {
-            EntryExpr::MapEntry(entry) => {
-                meter_from(&mut entry.key, next);
-                meter_from(&mut entry.value, next);
-            }
-            EntryExpr::StructField(field) => meter_from(&mut field.value, next),
-        }),
-        Expr::Struct(s) => s.entries.iter_mut().for_each(|entry| match &mut entry.expr {
-            EntryExpr::MapEntry(entry) => {
-                meter_from(&mut entry.key, next);
-                meter_from(&mut entry.value, next);
-            }
-            EntryExpr::StructField(field) => meter_from(&mut field.value, next),
-        }),
+        Expr::Map(map) => meter_entries(&mut map.entries, next),
+        Expr::Struct(s) => meter_entries(&mut s.entries, next),
         Expr::Select(select) => meter_from(&mut select.operand, next),
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+fn meter_entries(entries: &mut [IdedEntryExpr], next: &mut u64) {
+    for entry in entries {
+        match &mut entry.expr {
+            EntryExpr::MapEntry(entry) => {
+                meter_from(&mut entry.key, next);
+                meter_from(&mut entry.value, next);
+            }
+            EntryExpr::StructField(field) => meter_from(&mut field.value, next),
+        }
     }
 }
 
@@ -163,7 +163,7 @@ fn max_id(expr: &IdedExpr) -> u64 {
     below.unwrap_or(0).max(expr.id)
 }
 
-fn entry_max(entry: &cel::common::ast::IdedEntryExpr) -> u64 {
+fn entry_max(entry: &IdedEntryExpr) -> u64 {
     let inner = match &entry.expr {
         EntryExpr::MapEntry(e) => max_id(&e.key).max(max_id(&e.value)),
         EntryExpr::StructField(f) => max_id(&f.value),
