@@ -176,23 +176,18 @@ enum Plan {
     Hooks(Hooks, Option<Controllers>),
 }
 
-/// shell-operator's temporary directory: made if missing (its parent must exist, as there), a fresh
-/// one under the system's when given empty.
+/// shell-operator's temporary directory, private to this user (`process::private`): made if missing
+/// (its parent must exist, as there), a fresh one under the system's when given empty.
 fn make_tmp_dir(dir: std::path::PathBuf) -> Result<std::path::PathBuf> {
+    use crate::process::private;
     if dir.as_os_str().is_empty() {
-        let fresh = std::env::temp_dir().join(format!("shell-operator-{}", std::process::id()));
-        std::fs::create_dir_all(&fresh).map_err(|err| anyhow!("--tmp-dir: {}: {err}", fresh.display()))?;
-        return Ok(fresh);
+        return private::fresh_directory(&std::env::temp_dir(), "shell-operator")
+            .map_err(|err| anyhow!("--tmp-dir: {err}"));
     }
     // Absolute: each hook runs from its own directory, and reads these paths from there.
     let dir = std::path::absolute(&dir).map_err(|err| anyhow!("--tmp-dir: {}: {err}", dir.display()))?;
-    match std::fs::create_dir(&dir) {
-        Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
-            bail!("--tmp-dir: cannot make {}: {err}", dir.display())
-        }
-        _ if !dir.is_dir() => bail!("--tmp-dir: {} is not a directory", dir.display()),
-        _ => Ok(dir),
-    }
+    private::directory(&dir).map_err(|err| anyhow!("--tmp-dir: {err}"))?;
+    Ok(dir)
 }
 
 /// Observe mode: reports what changes in `target`, with either driver, and writes nothing.

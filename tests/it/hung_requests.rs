@@ -219,26 +219,44 @@ fn a_hung_access_review_does_not_hold_a_scrape() {
         let log = controller.stderr();
         if log.contains("metrics on https://") { Ok(()) } else { Err(log) }
     });
-    let scrape = |token: &str| {
-        let out = std::process::Command::new("curl")
-            .args(["-sk", "--max-time", "90", "-w", "\n%{http_code}", "-H"])
-            .arg(format!("Authorization: Bearer {token}"))
-            .arg(format!("https://127.0.0.1:{port}/metrics"))
-            .output()
-            .expect("run curl");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, code) = text.rsplit_once('\n').map(|(b, c)| (b.to_owned(), c.to_owned())).unwrap_or_default();
-        (code.trim().parse::<u16>().unwrap_or(0), body)
-    };
+    let scrape = move |token: &str| scrape_metrics(port, token);
+    // As many callers with new tokens as reviews may be in flight: each review hangs.
     let started = std::time::Instant::now();
-    let (code, body) = scrape("a-token-nobody-can-check");
+    let hung: Vec<_> = (0..8)
+        .map(|n| std::thread::spawn(move || scrape_metrics(port, &format!("a-token-nobody-can-check-{n}"))))
+        .collect();
+    eventually(Duration::from_secs(20), "eight reviews in flight", || {
+        match proxy.connections_containing(&["/tokenreviews"]) {
+            8.. => Ok(()),
+            n => Err(format!("{n} in flight")),
+        }
+    });
+    // One more new token: no room, told so at once rather than queued behind them.
+    let (code, body) = scrape("one-too-many");
+    assert_eq!((code, body.as_str()), (429, "Too Many Requests"));
+    for caller in hung {
+        let (code, body) = caller.join().unwrap();
+        assert_eq!(code, 500, "{body}\n{}", controller.stderr());
+        // The API server's words stay in the log: the caller is not authenticated.
+        assert_eq!(body, "Internal Server Error");
+    }
     let waited = started.elapsed();
-    assert_eq!(code, 500, "{body}\n{}", controller.stderr());
-    // The API server's words stay in the log: the caller is not authenticated.
-    assert_eq!(body, "Internal Server Error");
     assert!(controller.stderr().contains("did not answer within 30s"), "{}", controller.stderr());
     assert!(waited < Duration::from_secs(60), "answered after {waited:?}");
     proxy.stop_hanging("/tokenreviews");
     let (code, body) = scrape("another-token-nobody-knows");
     assert_eq!((code, body.as_str()), (401, "Unauthorized"), "decided once the API server answers");
+}
+
+/// `/metrics` scraped over HTTPS with `token`: the status code and the body.
+fn scrape_metrics(port: u16, token: &str) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "--max-time", "90", "-w", "\n%{http_code}", "-H"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!("https://127.0.0.1:{port}/metrics"))
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').map(|(b, c)| (b.to_owned(), c.to_owned())).unwrap_or_default();
+    (code.trim().parse::<u16>().unwrap_or(0), body)
 }

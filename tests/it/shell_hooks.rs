@@ -522,6 +522,16 @@ fn bad_hook_configs_are_refused_with_the_hook_and_the_field() {
     let path = hooks.root().join("endless.sh");
     let wanted = format!("cannot get config for hook '{}': printed more than 4 MiB", path.display());
     assert!(run.stderr.contains(&wanted), "{}", run.stderr);
+    // A temp directory someone else could read or write: refused before any hook runs.
+    let hooks = Hooks::new();
+    hooks.hook("fine.sh", "configVersion: v1\nonStartup: 1", "true");
+    std::os::unix::fs::symlink(hooks.tmp(), hooks.dir.path().join("tmp-link")).unwrap();
+    let link = hooks.dir.path().join("tmp-link");
+    let run =
+        samplectl(&["reconcile", "--hooks-dir", hooks.root().to_str().unwrap(), "--tmp-dir", link.to_str().unwrap()]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let wanted = format!("error: --tmp-dir: {} is a symbolic link; give the directory itself", link.display());
+    assert!(run.stderr.contains(&wanted), "{}", run.stderr);
     // A directory that is not there.
     let missing = Path::new("/nonexistent/hooks");
     let run = samplectl(&["reconcile", "--hooks-dir", missing.to_str().unwrap()]);

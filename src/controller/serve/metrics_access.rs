@@ -2,11 +2,18 @@
 //! `WithAuthenticationAndAuthorization` filter decides, the caller's bearer token must pass a TokenReview
 //! and the user it names a SubjectAccessReview for `get` on the non-resource URL `/metrics`. Decisions are
 //! kept for a minute, so a scraper every 15 s costs the API server two requests a minute, not eight.
+//!
+//! Anyone who reaches the port may send tokens, so what they cost is bounded: decisions are kept for at
+//! most `REMEMBERED` tokens, each by its SHA-256 (so that no token stays in memory, and no crafted set
+//! of tokens can collide), and at most `REVIEWS_IN_FLIGHT` TokenReviews are asked at once; a caller
+//! who finds no room within `REVIEW_WAIT` is told 429 rather than queued.
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
@@ -17,6 +24,14 @@ use crate::cluster::scope;
 
 const REMEMBER: Duration = Duration::from_secs(60);
 
+/// The most tokens whose decisions are kept.
+pub const REMEMBERED: usize = 1024;
+
+/// The most reviews of new tokens asked of the API server at once, and how long a caller waits for
+/// its turn.
+pub const REVIEWS_IN_FLIGHT: usize = 8;
+const REVIEW_WAIT: Duration = Duration::from_secs(5);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Allowed,
@@ -24,18 +39,44 @@ pub enum Decision {
     Unauthenticated,
     /// A known user without `get` on /metrics: 403, naming the user.
     Forbidden(String),
+    /// Too many new tokens are being reviewed: 429, not kept.
+    Busy,
 }
 
 pub struct MetricsAccess {
     client: Client,
-    /// By a hash of the token, so that tokens are not kept in memory longer than a request.
-    decided: Mutex<HashMap<u64, (Instant, Decision)>>,
+    decided: Mutex<Remembered>,
+    reviews: Arc<Semaphore>,
 }
 
-fn token_key(token: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    token.hash(&mut hasher);
-    hasher.finish()
+type Key = [u8; 32];
+
+fn token_key(token: &str) -> Key {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Decisions by token, for `REMEMBER` each, at most `most` of them: past it, the oldest goes.
+struct Remembered {
+    most: usize,
+    decisions: HashMap<Key, (Instant, Decision)>,
+}
+
+impl Remembered {
+    fn get(&self, key: &Key, now: Instant) -> Option<Decision> {
+        self.decisions.get(key).filter(|(at, _)| now.duration_since(*at) < REMEMBER).map(|(_, d)| d.clone())
+    }
+
+    fn put(&mut self, key: Key, decision: Decision, now: Instant) {
+        if self.decisions.len() >= self.most && !self.decisions.contains_key(&key) {
+            self.decisions.retain(|_, (at, _)| now.duration_since(*at) < REMEMBER);
+            if self.decisions.len() >= self.most
+                && let Some(oldest) = self.decisions.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k)
+            {
+                self.decisions.remove(&oldest);
+            }
+        }
+        self.decisions.insert(key, (now, decision));
+    }
 }
 
 /// The token of an `Authorization: Bearer <token>` header.
@@ -47,21 +88,24 @@ pub fn bearer(header: Option<&str>) -> Option<&str> {
 
 impl MetricsAccess {
     pub fn new(client: Client) -> Self {
-        MetricsAccess { client, decided: Mutex::new(HashMap::new()) }
+        MetricsAccess {
+            client,
+            decided: Mutex::new(Remembered { most: REMEMBERED, decisions: HashMap::new() }),
+            reviews: Arc::new(Semaphore::new(REVIEWS_IN_FLIGHT)),
+        }
     }
 
     pub async fn decide(&self, token: Option<&str>) -> Result<Decision, kube::Error> {
         let Some(token) = token else { return Ok(Decision::Unauthenticated) };
         let key = token_key(token);
-        {
-            let mut decided = self.decided.lock().unwrap_or_else(|e| e.into_inner());
-            decided.retain(|_, (at, _)| at.elapsed() < REMEMBER);
-            if let Some((_, decision)) = decided.get(&key) {
-                return Ok(decision.clone());
-            }
+        if let Some(decision) = self.decided.lock().unwrap_or_else(|e| e.into_inner()).get(&key, Instant::now()) {
+            return Ok(decision);
         }
+        let Ok(Ok(_review)) = tokio::time::timeout(REVIEW_WAIT, self.reviews.acquire()).await else {
+            return Ok(Decision::Busy);
+        };
         let decision = self.ask(token).await?;
-        self.decided.lock().unwrap_or_else(|e| e.into_inner()).insert(key, (Instant::now(), decision.clone()));
+        self.decided.lock().unwrap_or_else(|e| e.into_inner()).put(key, decision.clone(), Instant::now());
         Ok(decision)
     }
 
@@ -103,6 +147,27 @@ impl MetricsAccess {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decisions_are_kept_for_a_minute_and_for_so_many_tokens() {
+        let mut kept = Remembered { most: 3, decisions: HashMap::new() };
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        for (n, token) in ["a", "b", "c"].into_iter().enumerate() {
+            kept.put(token_key(token), Decision::Allowed, at(n as u64));
+        }
+        assert_eq!(kept.get(&token_key("a"), at(3)), Some(Decision::Allowed));
+        kept.put(token_key("d"), Decision::Unauthenticated, at(4));
+        assert_eq!(kept.decisions.len(), 3, "never more than the most");
+        assert_eq!(kept.get(&token_key("a"), at(4)), None, "the oldest went");
+        assert_eq!(kept.get(&token_key("d"), at(4)), Some(Decision::Unauthenticated));
+        assert_eq!(kept.get(&token_key("b"), at(61)), None, "a minute at most");
+        // A thousand new tokens cost no more than the bound.
+        for n in 0..1000 {
+            kept.put(token_key(&format!("bogus-{n}")), Decision::Unauthenticated, at(5));
+        }
+        assert_eq!(kept.decisions.len(), 3);
+    }
 
     #[test]
     fn bearer_tokens_are_taken_from_the_header() {

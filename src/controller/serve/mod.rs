@@ -101,6 +101,7 @@ pub async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, secure: Opti
                 match access.decide(token).await {
                     Ok(Decision::Allowed) => ([("content-type", OPENMETRICS)], metrics.render()).into_response(),
                     Ok(Decision::Unauthenticated) => (StatusCode::UNAUTHORIZED, "Unauthorized").into_response(),
+                    Ok(Decision::Busy) => (StatusCode::TOO_MANY_REQUESTS, "Too Many Requests").into_response(),
                     Ok(Decision::Forbidden(user)) => (
                         StatusCode::FORBIDDEN,
                         format!("Forbidden (user={user}, verb=get, resource=, subresource=, path=/metrics)"),

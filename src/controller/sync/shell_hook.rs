@@ -11,6 +11,7 @@ use std::process::Stdio;
 
 use crate::process::group::Group;
 use crate::process::lines::Lines;
+use crate::process::private;
 
 /// What a run is, for its log lines.
 #[derive(Debug, Clone)]
@@ -75,7 +76,7 @@ struct Files {
 impl Files {
     async fn run(&self, path: &Path, contexts: &str, labels: &RunLabels) -> Result<Outputs, Failure> {
         let write = |file: &Path, text: &str| {
-            std::fs::write(file, text).map_err(|err| format!("cannot write {}: {err}", file.display()))
+            private::create(file, text.as_bytes()).map_err(|err| format!("cannot write {}: {err}", file.display()))
         };
         write(&self.context, contexts)?;
         for output in [&self.metrics, &self.admission, &self.conversion, &self.patch] {
@@ -114,10 +115,10 @@ impl Files {
                 (_, Some(code)) => format!("cmd run: exit status {code}"),
                 (_, None) => format!("cmd run: {status}"),
             };
-            return Err(Failure { message, patches: std::fs::read(&self.patch).unwrap_or_default() });
+            return Err(Failure { message, patches: private::read(&self.patch).unwrap_or_default() });
         }
         let read = |file: &Path| {
-            std::fs::read(file).map_err(|err| Failure::from(format!("cannot read {}: {err}", file.display())))
+            private::read(file).map_err(|err| Failure::from(format!("cannot read {}: {err}", file.display())))
         };
         Ok(Outputs {
             patches: read(&self.patch)?,
