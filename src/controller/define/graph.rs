@@ -107,7 +107,8 @@ pub async fn define(
 
     let mut issued = false;
     let revisions = Some((writer, last_revision, &mut issued));
-    let result = run(conn, (&rgd, &object, features), &mut conditions, (&mut revision, revisions), Crd::Write).await;
+    let result =
+        run(conn, (&rgd, &object, features), &mut conditions, (&mut revision, revisions), Crd::Write(writer)).await;
     let (order, resources) = match &result {
         Ok((graph, _)) => (Some(json!(graph.order)), Some(json!(rgd::resource_dependencies(graph)))),
         Err(_) => (object["status"].get("topologicalOrder").cloned(), object["status"].get("resources").cloned()),
@@ -193,7 +194,9 @@ pub async fn from_manifest(conn: &Connection, rgd: &Value, features: Features) -
     let object: DynamicObject = serde_json::from_value(rgd.clone()).map_err(|e| e.to_string())?;
     let now = now();
     let mut conditions = Conditions::read(Vec::new(), DEPENDENTS, &[], (1, false), &now, &now);
-    let built = run(conn, (&object, rgd, features), &mut conditions, (&mut 1, None), Crd::Write).await;
+    // Read from a file, before any Lease: the fence that is never closed.
+    let writer = Writer::default();
+    let built = run(conn, (&object, rgd, features), &mut conditions, (&mut 1, None), Crd::Write(&writer)).await;
     built.map(|(_, definition)| definition)
 }
 
@@ -264,7 +267,7 @@ async fn run(
     (rgd, object, features): (&DynamicObject, &Value, Features),
     conditions: &mut Conditions<'_>,
     (revision, revisions): (&mut i64, Option<(&Writer, i64, &mut bool)>),
-    crd: Crd,
+    crd: Crd<'_>,
 ) -> Result<(Graph, Definition), String> {
     let mut graph = match rgd::build_with(object, features) {
         Ok(graph) => graph,
@@ -446,10 +449,10 @@ async fn crd_as_wanted(
 }
 
 /// What becomes of the instance CRD.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Crd {
-    /// Made or updated as the graph wants it.
-    Write,
+#[derive(Clone, Copy)]
+enum Crd<'a> {
+    /// Made or updated as the graph wants it, each write through the writer's fence.
+    Write(&'a Writer),
     /// Waited for, as the graph wants it, for another process (a ring's coordinator) writes it.
     Wait,
 }
@@ -464,25 +467,28 @@ async fn ensure_crd(
     graph: &Graph,
     (rgd_name, rgd_uid): (&str, &str),
     allow_breaking: bool,
-    mode: Crd,
+    mode: Crd<'_>,
 ) -> Result<(), String> {
-    if mode == Crd::Wait {
-        let deadline = tokio::time::Instant::now() + ESTABLISH_LIMIT;
-        loop {
-            match crd_as_wanted(conn, graph, (rgd_name, rgd_uid), allow_breaking).await {
-                Ok(None) => break,
-                Ok(Some(why)) | Err(why) if tokio::time::Instant::now() >= deadline => {
-                    return Err(format!("waiting for the ring's coordinator to write the CRD: {why}"));
+    let writer = match mode {
+        Crd::Write(writer) => writer,
+        Crd::Wait => {
+            let deadline = tokio::time::Instant::now() + ESTABLISH_LIMIT;
+            loop {
+                match crd_as_wanted(conn, graph, (rgd_name, rgd_uid), allow_breaking).await {
+                    Ok(None) => break,
+                    Ok(Some(why)) | Err(why) if tokio::time::Instant::now() >= deadline => {
+                        return Err(format!("waiting for the ring's coordinator to write the CRD: {why}"));
+                    }
+                    _ => tokio::time::sleep(Duration::from_secs(1)).await,
                 }
-                _ => tokio::time::sleep(Duration::from_secs(1)).await,
             }
+            let crds: Api<CustomResourceDefinition> = scope::cluster(conn.client.clone());
+            let crd_name = graph.api.crd_name();
+            return crate::controller::crd::wait_established(crds, &crd_name, ESTABLISH_LIMIT)
+                .await
+                .map_err(|e| format!("CRD {crd_name} is not ready: {}", crate::error::describe_any(&e)));
         }
-        let crds: Api<CustomResourceDefinition> = scope::cluster(conn.client.clone());
-        let crd_name = graph.api.crd_name();
-        return crate::controller::crd::wait_established(crds, &crd_name, ESTABLISH_LIMIT)
-            .await
-            .map_err(|e| format!("CRD {crd_name} is not ready: {}", crate::error::describe_any(&e)));
-    }
+    };
     let crds: Api<CustomResourceDefinition> = scope::cluster(conn.client.clone());
     let crd_name = graph.api.crd_name();
     let desired = desired_crd(graph, (rgd_name, rgd_uid));
@@ -491,6 +497,7 @@ async fn ensure_crd(
         None => {
             let crd: CustomResourceDefinition =
                 serde_json::from_value(desired).map_err(|e| format!("the CRD {crd_name} cannot be made: {e}"))?;
+            writer.may_write()?;
             crds.create(&PostParams::default(), &crd)
                 .await
                 .map_err(|e| format!("failed to create CRD {crd_name}: {}", describe(e)))?;
@@ -498,7 +505,13 @@ async fn ensure_crd(
         }
         Some(existing) => {
             if stale(&existing, &desired, rgd_name, allow_breaking)? {
-                let patch = json!({"metadata": {"labels": desired["metadata"]["labels"]}, "spec": desired["spec"]});
+                // Only over the CRD as it was read and judged: a leader that stalled here after losing
+                // its Lease must not put back an older graph over the next leader's (a 409 instead).
+                let patch = json!({
+                    "metadata": {"labels": desired["metadata"]["labels"], "resourceVersion": existing.metadata.resource_version},
+                    "spec": desired["spec"],
+                });
+                writer.may_write()?;
                 crds.patch(&crd_name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(|e| format!("failed to update CRD {crd_name}: {}", describe(e)))?;
