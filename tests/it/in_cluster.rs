@@ -703,3 +703,82 @@ impl Drop for Stopped {
         let _ = self.0.wait();
     }
 }
+
+const CRD_REFUSAL: &str = "ValidatingAdmissionPolicy 'samplectl-engine-crds' with binding 'samplectl-engine-crds' denied request: samplectl's engine may";
+
+/// A CRD of one version, labelled as given, with `conversion` if any.
+fn crd_file(
+    dir: &std::path::Path,
+    name: &str,
+    labels: serde_json::Value,
+    conversion: Option<serde_json::Value>,
+) -> String {
+    let (plural, group) = name.split_once('.').unwrap();
+    let mut crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": plural.trim_end_matches('s'), "kind": "Thing", "listKind": "ThingList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    });
+    if let Some(conversion) = conversion {
+        crd["spec"]["conversion"] = conversion;
+    }
+    let file = dir.join(format!("{name}.json"));
+    std::fs::write(&file, crd.to_string()).unwrap();
+    file.display().to_string()
+}
+
+#[test]
+fn the_api_server_refuses_the_engine_any_crd_kro_does_not_own() {
+    let _cluster = crate::support::shared();
+    install_rbac();
+    for file in ["rbac", "admission-policy"] {
+        kubectl(&["apply", "-f", &format!("manifests/metacontroller/{file}.yaml")]).success();
+    }
+    let token =
+        kubectl(&["create", "token", "samplectl-engine", "-n", "samplectl-system"]).success().stdout.trim().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = crate::support::token_kubeconfig(dir.path(), "engine", &token);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let as_engine = |args: &[&str]| {
+        let mut all = vec!["--kubeconfig", kubeconfig];
+        all.extend_from_slice(args);
+        kubectl(&all)
+    };
+    let foreign = crd_file(dir.path(), "things.foreign.samplectl.test", json!({}), None);
+    eventually(Duration::from_secs(20), "the policy in force", || {
+        let run = as_engine(&["create", "-f", &foreign, "--dry-run=server"]);
+        if run.code == 1 && run.stderr.contains(CRD_REFUSAL) { Ok(()) } else { Err(format!("{run:#?}")) }
+    });
+    let run = as_engine(&["create", "-f", &foreign, "--dry-run=server"]);
+    assert!(
+        run.stderr.contains("only write CRDs labelled kro.run/owned=true; things.foreign.samplectl.test would not be"),
+        "{run:#?}"
+    );
+
+    // What the engine writes for an RGD goes through.
+    let owned = json!({"kro.run/owned": "true", "kro.run/resource-graph-definition-name": "things"});
+    let kros = crd_file(dir.path(), "things.kro.samplectl.test", owned.clone(), None);
+    as_engine(&["create", "-f", &kros, "--dry-run=server"]).success();
+
+    // Someone else's CRD: neither changed nor taken over by labelling it kro's.
+    for patch in [r#"{"metadata":{"labels":{"x":"y"}}}"#, r#"{"metadata":{"labels":{"kro.run/owned":"true"}}}"#] {
+        let run =
+            as_engine(&["patch", "crd", "samples.example.com", "--type", "merge", "-p", patch, "--dry-run=server"]);
+        assert_eq!(run.code, 1, "{run:#?}");
+        assert!(run.stderr.contains("kro.run/owned=true; samples.example.com is not"), "{run:#?}");
+    }
+    // Nor a kro CRD pointed at a webhook.
+    let conversion = json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+        "clientConfig": {"url": "https://attacker.example/convert"}}});
+    let hooked = crd_file(dir.path(), "hooks.kro.samplectl.test", owned, Some(conversion));
+    let run = as_engine(&["create", "-f", &hooked, "--dry-run=server"]);
+    assert_eq!(run.code, 1, "{run:#?}");
+    assert!(run.stderr.contains("may not point a CRD's conversion at a webhook; hooks.kro.samplectl.test"), "{run:#?}");
+}
