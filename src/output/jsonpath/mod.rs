@@ -226,6 +226,9 @@ mod tests {
             ("{.a[?(@.x==1}", "unterminated filter"),
             ("{#}", "unrecognized character in action: U+0023 '#'"),
             (r#"{"abc}"#, "unterminated quoted string"),
+            // Found by tests/untrusted.rs: a template ending in an escape read past its end and panicked.
+            ("{x.\\", "unclosed action"),
+            ("{¹.\\", "unclosed action"),
         ] {
             assert_eq!(Template::parse(template).unwrap_err(), error, "{template}");
         }

@@ -23,7 +23,8 @@ fn is_terminator(c: char) -> bool {
 
 impl<'a> Parser<'a> {
     fn next(&mut self) -> char {
-        match self.input[self.pos..].chars().next() {
+        // Past the end after a read past it (`get`, not an index): a template may end inside an escape.
+        match self.input.get(self.pos..).and_then(|rest| rest.chars().next()) {
             Some(c) => {
                 self.pos += c.len_utf8();
                 c
