@@ -61,6 +61,7 @@ pub struct KindSchemas {
     pub object_meta: Value,
 }
 
+#[allow(clippy::disallowed_methods)] // GET requests only: the OpenAPI documents
 async fn get(client: &Client, path: &str) -> Result<Value, kube::Error> {
     let request = http::Request::get(path).body(Vec::new()).map_err(kube::Error::HttpError)?;
     client.request::<Value>(request).await

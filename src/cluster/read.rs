@@ -136,6 +136,7 @@ where
     })
 }
 
+#[allow(clippy::disallowed_methods)] // GET requests only: a list page, one object, a watch
 pub async fn list_page(client: &Client, target: &Target, lp: &ListParams, shape: ReadAs) -> Result<Page> {
     let req = Request::new(target.path()).list(lp).context("cannot build the list request")?;
     let body: Value = client.request(with_accept(req, shape)).await?;
@@ -166,6 +167,7 @@ pub async fn list_all(client: &Client, target: &Target, lp: &ListParams, shape: 
 }
 
 /// One object by name, or with `subresource` (`status`, `scale`) that subresource of it.
+#[allow(clippy::disallowed_methods)] // GET requests only: a list page, one object, a watch
 pub async fn get_one(
     client: &Client,
     target: &Target,
@@ -188,6 +190,7 @@ pub async fn get_one(
 }
 
 /// The raw lines of a watch; each is one JSON event.
+#[allow(clippy::disallowed_methods)] // GET requests only: a list page, one object, a watch
 pub async fn watch_lines(
     client: &Client,
     target: &Target,

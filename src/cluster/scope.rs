@@ -7,6 +7,7 @@ use kube::discovery::ApiResource;
 use kube::{Client, Resource};
 
 /// A typed `Api` in `namespace`, or across all namespaces for `None`.
+#[allow(clippy::disallowed_methods)] // the one place an Api is scoped
 pub fn api<K>(client: Client, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -19,6 +20,7 @@ where
 }
 
 /// A typed `Api` of a cluster-scoped resource (CRDs, Namespaces).
+#[allow(clippy::disallowed_methods)] // the one place an Api is scoped
 pub fn cluster<K>(client: Client) -> Api<K>
 where
     K: Resource<Scope = k8s_openapi::ClusterResourceScope>,
@@ -28,6 +30,7 @@ where
 }
 
 /// The metadata-only `Api` of a cluster-scoped resource (CRDs watched for appearing).
+#[allow(clippy::disallowed_methods)] // the one place an Api is scoped
 pub fn cluster_metadata<K>(client: Client) -> Api<PartialObjectMeta<K>>
 where
     K: Resource<Scope = k8s_openapi::ClusterResourceScope> + Clone,
@@ -44,6 +47,7 @@ pub fn dynamic(client: Client, ar: &ApiResource, namespace: Option<&str>) -> Api
 
 /// An `Api` of any object type whose resource discovery resolved (whole objects, or their metadata only),
 /// scoped as `dynamic`.
+#[allow(clippy::disallowed_methods)] // the one place an Api is scoped
 pub fn discovered<K>(client: Client, ar: &ApiResource, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,

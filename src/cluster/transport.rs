@@ -81,6 +81,7 @@ mod tests {
     /// What kube's own stack would send, this one sends: the User-Agent and extra headers, the bearer
     /// token, gzip asked for, and the base URI's path in front of the request's.
     #[tokio::test]
+    #[allow(clippy::disallowed_methods)] // a test of the transport itself
     async fn requests_go_out_as_kubes_own_stack_sends_them() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -67,6 +67,7 @@ pub fn embedded(yaml: &str) -> Result<Vec<(String, Value)>> {
 
 /// Applies one embedded CRD (only as a server dry run with `dry_run`) and, unless `timeout` is zero,
 /// waits that long for it to be Established. Returns what the apply came to.
+#[allow(clippy::disallowed_methods)] // the install-crd command: a user's one-off apply, under no Lease
 pub async fn install(
     client: kube::Client,
     (name, body): &(String, Value),

@@ -299,6 +299,7 @@ impl Election {
         MicroTime(Timestamp::now())
     }
 
+    #[allow(clippy::disallowed_methods)] // the Lease is the fence: its writes are guarded by its resourceVersion
     async fn try_acquire_or_renew(
         &self,
         api: &Api<Lease>,
@@ -376,6 +377,7 @@ impl Election {
     }
 
     /// As client-go does it: no holder and a one-second duration, so standbys take over at once.
+    #[allow(clippy::disallowed_methods)] // the Lease is the fence: its writes are guarded by its resourceVersion
     async fn release(&self, api: &Api<Lease>) -> Result<()> {
         let Some(mut lease) = api.get_opt(&self.name).await? else { return Ok(()) };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);

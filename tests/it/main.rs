@@ -2,6 +2,9 @@
 //! link of the crate instead of one per file. Every test runs against the local cluster, in a namespace of
 //! its own; `support::shared()` and `support::exclusive()` say which tests may run beside others.
 
+// The tests write as a user would, beside samplectl: no Lease fences them (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 mod support;
 
 mod bad_input;

@@ -17,6 +17,7 @@ use crate::cluster::client::Connection;
 use crate::cluster::openapi;
 use crate::cluster::resolve::{Gvr, Resolved, Unserved, resolve_gvr, resolve_kind};
 use crate::cluster::scope;
+use crate::controller::engine::request::{Failed, Fenced, bounded};
 use crate::controller::engine::{Definition, Writer, now};
 use crate::controller::rules::children::{Family, Update};
 use crate::controller::rules::finalizer::Finalizer;
@@ -82,11 +83,12 @@ pub async fn define(
             return built.map(|(_, definition)| Outcome::Run(Box::new(definition)));
         }
     };
+    let api = Fenced::new(api.clone(), writer);
     if rgd.metadata.deletion_timestamp.is_some() {
-        set_finalizer(api, rgd, false, writer).await?;
+        set_finalizer(&api, rgd, false).await?;
         return Ok(Outcome::Deleted);
     }
-    let rgd = set_finalizer(api, rgd, true, writer).await?;
+    let rgd = set_finalizer(&api, rgd, true).await?;
 
     let object = serde_json::to_value(&rgd).unwrap_or(Value::Null);
     let generation = rgd.metadata.generation.unwrap_or_default();
@@ -131,14 +133,16 @@ pub async fn define(
         status["lastIssuedRevision"] = json!(last_revision);
     }
     if object["status"] != status {
-        writer.may_write()?;
         let patch = json!({"status": status});
-        if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        if let Err(failed) = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             tracing::warn!(
                 controller = name,
                 "cannot write the status of ResourceGraphDefinition {name:?}: {}",
-                crate::error::describe(&e)
+                failed.message()
             );
+            if matches!(failed, Failed::Fenced) {
+                return Err(failed.message());
+            }
         }
     }
     let (_, definition) = result?;
@@ -150,15 +154,14 @@ pub async fn define(
 /// last write (a retry holds the object as first seen, before its finalizer and status were written) is
 /// read again once. An RGD gone while its finalizer was being taken off needs nothing more.
 async fn set_finalizer(
-    api: &Api<DynamicObject>,
+    api: &Fenced<'_, DynamicObject>,
     rgd: &DynamicObject,
     wanted: bool,
-    writer: &Writer,
 ) -> Result<DynamicObject, String> {
     let name = rgd.metadata.name.clone().unwrap_or_default();
-    let failed = |e: &kube::Error| {
+    let failed = |failed: &Failed| {
         let what = if wanted { "add" } else { "remove" };
-        format!("cannot {what} the finalizer of ResourceGraphDefinition {name:?}: {}", crate::error::describe(e))
+        format!("cannot {what} the finalizer of ResourceGraphDefinition {name:?}: {}", failed.message())
     };
     let mut current = rgd.clone();
     for attempt in 0..2 {
@@ -166,7 +169,6 @@ async fn set_finalizer(
         if finalizers.iter().any(|f| f == FINALIZER) == wanted {
             return Ok(current);
         }
-        writer.may_write()?;
         let next: Vec<String> = match wanted {
             true => finalizers.iter().cloned().chain([FINALIZER.to_owned()]).collect(),
             false => finalizers.iter().filter(|f| *f != FINALIZER).cloned().collect(),
@@ -174,8 +176,8 @@ async fn set_finalizer(
         let patch = json!({"metadata": {"finalizers": next, "resourceVersion": current.metadata.resource_version}});
         match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(patched) => return Ok(patched),
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt == 0 => {
-                current = match api.get_opt(&name).await {
+            Err(conflict) if conflict.status() == Some(409) && attempt == 0 => {
+                current = match bounded(api.reads().get_opt(&name)).await {
                     Ok(Some(fresh)) => fresh,
                     Ok(None) if !wanted => return Ok(current),
                     Ok(None) => return Err(format!("ResourceGraphDefinition {name:?} is gone")),
@@ -489,18 +491,16 @@ async fn ensure_crd(
                 .map_err(|e| format!("CRD {crd_name} is not ready: {}", crate::error::describe_any(&e)));
         }
     };
-    let crds: Api<CustomResourceDefinition> = scope::cluster(conn.client.clone());
+    let crds = Fenced::new(scope::cluster::<CustomResourceDefinition>(conn.client.clone()), writer);
     let crd_name = graph.api.crd_name();
     let desired = desired_crd(graph, (rgd_name, rgd_uid));
-    let describe = |e: kube::Error| crate::error::describe(&e);
-    match crds.get_opt(&crd_name).await.map_err(describe)? {
+    match bounded(crds.reads().get_opt(&crd_name)).await.map_err(|failed| failed.message())? {
         None => {
             let crd: CustomResourceDefinition =
                 serde_json::from_value(desired).map_err(|e| format!("the CRD {crd_name} cannot be made: {e}"))?;
-            writer.may_write()?;
             crds.create(&PostParams::default(), &crd)
                 .await
-                .map_err(|e| format!("failed to create CRD {crd_name}: {}", describe(e)))?;
+                .map_err(|failed| format!("failed to create CRD {crd_name}: {}", failed.message()))?;
             tracing::info!(controller = rgd_name, "created CustomResourceDefinition {crd_name}");
         }
         Some(existing) => {
@@ -511,15 +511,14 @@ async fn ensure_crd(
                     "metadata": {"labels": desired["metadata"]["labels"], "resourceVersion": existing.metadata.resource_version},
                     "spec": desired["spec"],
                 });
-                writer.may_write()?;
                 crds.patch(&crd_name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .map_err(|e| format!("failed to update CRD {crd_name}: {}", describe(e)))?;
+                    .map_err(|failed| format!("failed to update CRD {crd_name}: {}", failed.message()))?;
                 tracing::info!(controller = rgd_name, "updated CustomResourceDefinition {crd_name}");
             }
         }
     }
-    crate::controller::crd::wait_established(crds, &crd_name, ESTABLISH_LIMIT)
+    crate::controller::crd::wait_established(crds.reads().clone(), &crd_name, ESTABLISH_LIMIT)
         .await
         .map_err(|e| format!("CRD {crd_name} is not ready: {}", crate::error::describe_any(&e)))
 }

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::cluster::client::Connection;
 use crate::cluster::scope;
+use crate::controller::engine::request::{Failed, Fenced};
 use crate::controller::engine::{Writer, now};
 use crate::controller::rules::graph::conditions::Conditions;
 use crate::controller::rules::graph::revision;
@@ -44,8 +45,8 @@ pub async fn revise(
     writer: &Writer,
 ) -> Result<Option<i64>, String> {
     let name = rgd.metadata.name.clone().unwrap_or_default();
-    let api = api(conn);
-    let listed = match api.list(&ListParams::default().labels(&format!("{NAME_LABEL}={name}"))).await {
+    let api = Fenced::new(api(conn), writer);
+    let listed = match api.reads().list(&ListParams::default().labels(&format!("{NAME_LABEL}={name}"))).await {
         Ok(listed) => listed,
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
         // A role written before samplectl issued revisions: the RGD runs, its revisions only counted.
@@ -62,7 +63,6 @@ pub async fn revise(
         Some(gr) if gr.metadata.labels.as_ref().and_then(|l| l.get(HASH_LABEL)) == Some(&hash) => gr.clone(),
         _ => {
             let next = last_issued.max(latest.map_or(0, number)) + 1;
-            writer.may_write()?;
             let issued = issue(&api, rgd, object, (&hash, version), next).await?;
             tracing::info!(
                 controller = name,
@@ -72,25 +72,27 @@ pub async fn revise(
             issued
         }
     };
-    verify(&api, &current, graph, writer).await?;
+    verify(&api, &current, graph).await?;
     let mut all: Vec<(String, i64)> =
         listed.items.iter().map(|gr| (gr.metadata.name.clone().unwrap_or_default(), number(gr))).collect();
     if !all.iter().any(|(n, _)| Some(n) == current.metadata.name.as_ref()) {
         all.push((current.metadata.name.clone().unwrap_or_default(), number(&current)));
     }
     for old in revision::beyond_kept(all) {
-        writer.may_write()?;
         match api.delete(&old, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => tracing::warn!(controller = name, "cannot delete graph revision {old}: {}", describe(e)),
+            Ok(()) => {}
+            Err(failed) if failed.status() == Some(404) => {}
+            Err(failed @ Failed::Fenced) => return Err(failed.message()),
+            Err(failed) => {
+                tracing::warn!(controller = name, "cannot delete graph revision {old}: {}", failed.message())
+            }
         }
     }
     Ok(Some(number(&current)))
 }
 
 async fn issue(
-    api: &Api<DynamicObject>,
+    api: &Fenced<'_, DynamicObject>,
     rgd: &DynamicObject,
     object: &Value,
     (hash, version): (&str, &str),
@@ -126,13 +128,13 @@ async fn issue(
     match api.create(&PostParams::default(), &gr).await {
         Ok(created) => Ok(created),
         // Issued already (by an earlier try that did not see its answer): that one stands.
-        Err(kube::Error::Api(status)) if status.code == 409 => api.get(&gr_name).await.map_err(describe),
-        Err(e) => Err(format!("creating graph revision {gr_name:?}: {}", describe(e))),
+        Err(failed) if failed.status() == Some(409) => api.reads().get(&gr_name).await.map_err(describe),
+        Err(failed) => Err(format!("creating graph revision {gr_name:?}: {}", failed.message())),
     }
 }
 
 /// Writes what kro's GraphRevision controller writes once a revision compiles, unless it is there.
-async fn verify(api: &Api<DynamicObject>, gr: &DynamicObject, graph: &Graph, writer: &Writer) -> Result<(), String> {
+async fn verify(api: &Fenced<'_, DynamicObject>, gr: &DynamicObject, graph: &Graph) -> Result<(), String> {
     let generation = gr.metadata.generation.unwrap_or(1);
     let object = serde_json::to_value(gr).unwrap_or(Value::Null);
     let created = object["metadata"]["creationTimestamp"].as_str().map(str::to_owned).unwrap_or_else(now);
@@ -153,10 +155,9 @@ async fn verify(api: &Api<DynamicObject>, gr: &DynamicObject, graph: &Graph, wri
     if object["status"] == status {
         return Ok(());
     }
-    writer.may_write()?;
     let name = gr.metadata.name.clone().unwrap_or_default();
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": status})))
         .await
-        .map(|_| ())
-        .map_err(|e| format!("writing the status of graph revision {name:?}: {}", describe(e)))
+        .map(drop)
+        .map_err(|failed| format!("writing the status of graph revision {name:?}: {}", failed.message()))
 }

@@ -143,7 +143,7 @@ impl Context {
         let Some(patch) = owned_as_applied(created, self.child_manager()) else { return };
         let Ok(patch) = serde_json::from_value::<json_patch::Patch>(patch) else { return };
         let name = created.metadata.name.as_deref().unwrap_or_default();
-        let patched = self.send(api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))).await;
+        let patched = self.fenced(api).patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await;
         if let Err(failed) = patched {
             tracing::debug!("{name}: its fields stay owned by its create: {}", failed.message());
         }
@@ -166,7 +166,7 @@ impl Context {
             return Ok(Some(fresh));
         };
         let patch = serde_json::from_value::<json_patch::Patch>(patch).expect("owned_as_applied makes a JSON patch");
-        self.send(api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))).await.map(Some)
+        self.fenced(api).patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await.map(Some)
     }
 
     /// Writes one child: the copy in hand decides first (`rules::child_write`), then the live object at
@@ -204,7 +204,7 @@ impl Context {
                     if !self.still_there(parent).await.map_err(|f| (format!("reading its {parent_kind}"), f))? {
                         return left(adopted);
                     }
-                    match self.send(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))).await {
+                    match self.fenced(&api).patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
                         Ok(now_ours) => {
                             (adopted, seen) = (true, Some(now_ours));
                             continue;
@@ -213,7 +213,7 @@ impl Context {
                     }
                 }
                 ChildWrite::Label(patch) => {
-                    match self.send(api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))).await {
+                    match self.fenced(&api).patch(&key.name, &PatchParams::default(), &Patch::Merge(patch)).await {
                         Ok(labelled) => {
                             seen = Some(labelled);
                             continue;
@@ -227,7 +227,7 @@ impl Context {
                     let params =
                         PostParams { field_manager: Some(self.child_manager().into()), ..PostParams::default() };
                     crate::controller::stages::reached("create sent", &object.metadata);
-                    match self.send(api.create(&params, &object)).await {
+                    match self.fenced(&api).create(&params, &object).await {
                         Ok(created) => {
                             crate::controller::stages::reached("create answered", &created.metadata);
                             self.own_as_applied(&api, &created).await;
@@ -253,7 +253,7 @@ impl Context {
                     let existing = seen.as_ref().expect("a recreate is of an object");
                     let mut params = PatchParams::apply(self.child_manager()).force();
                     params.dry_run = true;
-                    match self.send(api.patch(&key.name, &params, &Patch::Apply(body))).await {
+                    match self.fenced(&api).patch(&key.name, &params, &Patch::Apply(body)).await {
                         Ok(would_be) if same_object(existing, &would_be) => return left(adopted),
                         Ok(_) => {
                             return match self.delete_child(&parent_uid, key, existing).await {
@@ -268,7 +268,10 @@ impl Context {
                 }
                 ChildWrite::Apply(body) => {
                     let params = PatchParams::apply(self.child_manager()).force();
-                    self.send(api.patch(&key.name, &params, &Patch::Apply(body))).await.map(|_| ChildOutcome::Updated)
+                    self.fenced(&api)
+                        .patch(&key.name, &params, &Patch::Apply(body))
+                        .await
+                        .map(|_| ChildOutcome::Updated)
                 }
             };
             match result {
@@ -304,7 +307,7 @@ impl Context {
                 }),
                 ..DeleteParams::background()
             };
-            match self.send(api.delete(&key.name, &params)).await {
+            match self.fenced(&api).delete(&key.name, &params).await {
                 Ok(_) => return Ok(true),
                 Err(failed) if failed.status() == Some(404) => return Ok(false),
                 Err(failed) if failed.status() == Some(409) && attempt == 0 => {

@@ -18,7 +18,7 @@ impl Context {
         let name = parent.metadata.name.as_deref().unwrap_or_default();
         let manager = self.definition.sync.field_managers().1;
         let params = PatchParams { field_manager: Some(manager.into()), ..PatchParams::default() };
-        let written = self.send(self.parent_api(parent).patch(name, &params, &Patch::Merge(&patch))).await?;
+        let written = self.fenced(&self.parent_api(parent)).patch(name, &params, &Patch::Merge(&patch)).await?;
         self.memory.wrote(&uid(parent), written.metadata.resource_version.as_deref());
         let object = key(parent);
         tracing::info!(

@@ -27,7 +27,8 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::request::bounded;
+use super::fence::Fence;
+use super::request::Fenced;
 use crate::cluster::scope;
 
 /// Events published at the same time; enough to keep up with any reconcile concurrency seen in practice.
@@ -115,6 +116,8 @@ impl Series {
 
 struct Publisher {
     client: Client,
+    /// An Event is a write like any other: a process that may no longer write sends none.
+    fence: Fence,
     reporter: Reporter,
     series: Mutex<Series>,
 }
@@ -132,7 +135,7 @@ impl Publisher {
             let api: Api<K8sEvent> = scope::api(self.client.clone(), Some(&sent.namespace));
             let series = EventSeries { count: sent.count, last_observed_time: MicroTime(now) };
             let patch = Patch::Merge(json!({ "series": series }));
-            match bounded(api.patch(&sent.name, &PatchParams::default(), &patch)).await {
+            match Fenced::new(api, &self.fence).patch(&sent.name, &PatchParams::default(), &patch).await {
                 Ok(_) => return Ok(()),
                 // The first event expired (the API server keeps them an hour): a new one starts over.
                 Err(failed) if failed.status() == Some(404) => {}
@@ -161,16 +164,16 @@ impl Publisher {
             ..K8sEvent::default()
         };
         let api: Api<K8sEvent> = scope::api(self.client.clone(), Some(&namespace));
-        let created = bounded(api.create(&PostParams::default(), &event)).await?;
+        let created = Fenced::new(api, &self.fence).create(&PostParams::default(), &event).await?;
         self.series().started(key, Sent { namespace, name: created.name_any(), count: 1, last: now });
         Ok(())
     }
 }
 
 impl EventQueue {
-    pub fn new(client: Client, reporter: Reporter) -> Self {
+    pub fn new(client: Client, fence: Fence, reporter: Reporter) -> Self {
         let (sender, receiver) = mpsc::channel::<(Note, ObjectReference)>(QUEUED);
-        let publisher = std::sync::Arc::new(Publisher { client, reporter, series: Mutex::default() });
+        let publisher = std::sync::Arc::new(Publisher { client, fence, reporter, series: Mutex::default() });
         let queued = futures::stream::unfold(receiver, |mut r| async move { r.recv().await.map(|item| (item, r)) });
         let task = tokio::spawn(queued.for_each_concurrent(PUBLISHERS, move |(note, regarding)| {
             let publisher = publisher.clone();

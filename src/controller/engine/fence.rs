@@ -46,6 +46,12 @@ impl Fence {
     }
 }
 
+impl super::request::Gate for Fence {
+    fn open(&self) -> bool {
+        Fence::open(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

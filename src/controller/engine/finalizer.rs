@@ -18,7 +18,7 @@ impl Context {
             json!({"metadata": {"resourceVersion": parent.metadata.resource_version, "finalizers": finalizers}});
         let name = parent.metadata.name.as_deref().unwrap_or_default();
         let mut updated =
-            self.send(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await?;
+            self.fenced(&self.parent_api(parent)).patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         updated.metadata.managed_fields = None;
         self.memory.wrote(&uid(parent), updated.metadata.resource_version.as_deref());
         Ok(updated)
@@ -44,7 +44,7 @@ impl Context {
             None => Patch::Json(patch),
         };
         let parent_name = parent.metadata.name.as_deref().unwrap_or_default();
-        match self.send(self.parent_api(parent).patch(parent_name, &PatchParams::default(), &patch)).await {
+        match self.fenced(&self.parent_api(parent)).patch(parent_name, &PatchParams::default(), &patch).await {
             Ok(_) => Ok(()),
             // Already gone: the parent was deleted once the last finalizer went.
             Err(failed) if failed.status() == Some(404) => Ok(()),

@@ -209,7 +209,7 @@ impl Context {
             let patch =
                 json!({"metadata": {"resourceVersion": child.metadata.resource_version, "labels": {&label: to}}});
             let api = self.child_api(child_key.kind, &child_key.namespace);
-            match self.send(api.patch(&child_key.name, &PatchParams::default(), &Patch::Merge(&patch))).await {
+            match self.fenced(&api).patch(&child_key.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 // Changed or gone since it was read: the new member finds it as it is and puts it right.
                 Err(failed) if matches!(failed.status(), Some(404 | 409)) => {}
                 Err(failed) => return Err(failure(&object, "relabelling its children for the next member", failed)),
@@ -221,7 +221,7 @@ impl Context {
             "labels": {&label: Value::Null, drain_label(&member.ring): Value::Null},
         }});
         let name = parent.metadata.name.as_deref().unwrap_or_default();
-        match self.send(self.parent_api(parent).patch(name, &PatchParams::default(), &Patch::Merge(&patch))).await {
+        match self.fenced(&self.parent_api(parent)).patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(released) => {
                 let version = released.metadata.resource_version.unwrap_or_default();
                 self.memory.released.lock().unwrap_or_else(|e| e.into_inner()).insert(uid(parent), version);

@@ -54,7 +54,7 @@ use fence::Fence;
 pub use handover::{LOOK_AHEAD, Looked};
 use memory::Memory;
 use related::Related;
-use request::{Failed, bounded};
+use request::{Failed, Fenced, Gate};
 pub use revisions::Rolling;
 
 /// How long one parent's writes (a few requests) may take before the reconcile counts as failed; a
@@ -114,20 +114,11 @@ pub struct Writer {
     pub adopting: Option<Adopting>,
 }
 
-impl Writer {
+impl Gate for Writer {
     /// Whether a write may be sent now: this process's Lease was renewed in time, and, for an
     /// adopter's context, the records it serves by were read within a renew deadline.
     fn open(&self) -> bool {
         self.fence.open() && self.adopting.as_ref().is_none_or(|a| !a.adopter || a.fresh())
-    }
-
-    /// Nothing but an error while this process's Lease has not been renewed in time: what writes
-    /// outside a reconcile (an RGD's finalizer, status, revisions) asks before each write.
-    pub fn may_write(&self) -> Result<(), String> {
-        match self.open() {
-            true => Ok(()),
-            false => Err("this process's Lease was not renewed in time; nothing is written".into()),
-        }
     }
 }
 
@@ -194,7 +185,7 @@ impl Context {
         let reporter =
             Reporter { controller: "samplectl".into(), instance: hostname().unwrap_or_else(|| "samplectl".into()) };
         let memory = Memory::new(Related::new(definition.sync.version()));
-        let events = EventQueue::new(client.clone(), reporter);
+        let events = EventQueue::new(client.clone(), writer.fence.clone(), reporter);
         let lookups = take_in::Lookups::new(client.clone(), definition.clone());
         let (listed, children_partial) = (AtomicBool::new(false), AtomicBool::new(false));
         Context {
@@ -408,14 +399,14 @@ impl Context {
         result
     }
 
-    /// Sends one write, unless this process's fence is closed (its Lease not renewed within the renew
-    /// deadline): checked right before the request goes, so that a reconcile which was frozen or stuck
-    /// sends nothing once another process may own what it writes.
-    async fn send<T>(&self, request: impl Future<Output = kube::Result<T>>) -> Result<T, Failed> {
-        if !self.writer.open() {
-            return Err(Failed::Fenced);
-        }
-        bounded(request).await
+    /// Writes through this context's writer, unless this process's fence is closed (its Lease not
+    /// renewed within the renew deadline): checked right before each request goes, so that a reconcile
+    /// which was frozen or stuck sends nothing once another process may own what it writes.
+    fn fenced<K>(&self, api: &Api<K>) -> Fenced<'_, K>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        Fenced::new(api.clone(), &self.writer)
     }
 
     fn child_api(&self, kind: usize, namespace: &str) -> Api<DynamicObject> {

@@ -162,7 +162,7 @@ impl Context {
                 preconditions: Some(Preconditions { uid: revision.metadata.uid.clone(), resource_version: None }),
                 ..DeleteParams::background()
             };
-            match self.send(api.delete(revision.metadata.name.as_deref().unwrap_or_default(), &params)).await {
+            match self.fenced(api).delete(revision.metadata.name.as_deref().unwrap_or_default(), &params).await {
                 Ok(_) => wrote = true,
                 Err(failed) if failed.status() == Some(404) => {}
                 Err(failed) => return Err(failed),
@@ -177,13 +177,13 @@ impl Context {
                     changed.data["children"] = Claims::to_value(&revision.claims);
                     let name = changed.metadata.name.clone().unwrap_or_default();
                     let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-                    self.send(api.replace(&name, &params, &changed)).await?;
+                    self.fenced(api).replace(&name, &params, &changed).await?;
                     wrote = true;
                 }
                 None => {
                     let body = self.new_revision(rolling, parent, latest_name, latest_patch, &revision.claims);
                     let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-                    self.send(api.create(&params, &body)).await?;
+                    self.fenced(api).create(&params, &body).await?;
                     wrote = true;
                 }
             }

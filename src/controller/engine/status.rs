@@ -37,7 +37,7 @@ impl Context {
             Some(member) => guarded(body, member, &version),
             None => body,
         };
-        let stored = self.send(self.parent_api(parent).patch_status(name, &params, &body)).await?;
+        let stored = self.fenced(&self.parent_api(parent)).patch_status(name, &params, &body).await?;
         self.memory.wrote(&parent_uid, stored.metadata.resource_version.as_deref());
         let stored = stored.data.get("status").cloned().unwrap_or(Value::Null);
         self.memory.written.remember(&parent_uid, Written::new(version, &status, &stored));

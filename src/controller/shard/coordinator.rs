@@ -44,7 +44,7 @@ use crate::cluster::scope;
 use crate::controller::drive::place::{Place, place};
 use crate::controller::drive::watch::hub::Hub;
 use crate::controller::engine::fence::Fence;
-use crate::controller::engine::request::bounded;
+use crate::controller::engine::request::{Failed, Fenced, bounded};
 use crate::controller::rules::adoption::{ANNOTATION, Adoptions, Published};
 use crate::controller::rules::ring::Ring;
 use crate::controller::rules::shard::{RING_LABEL, drain_label, lease_prefix, member_label};
@@ -463,19 +463,16 @@ impl Coordinator {
         let api: Api<Lease> = scope::api(self.client.clone(), Some(&self.lease_namespace));
         let (name, ring, fence) = (lease_prefix(&self.ring) + &member, self.ring.clone(), self.fence.clone());
         async move {
-            if !fence.open() {
-                return None;
-            }
             let params = kube::api::DeleteParams {
                 preconditions: Some(kube::api::Preconditions { resource_version: Some(version), uid: None }),
                 ..Default::default()
             };
-            match bounded(api.delete(&name, &params)).await {
-                Ok(_) => {
+            match Fenced::new(api, &fence).delete(&name, &params).await {
+                Ok(()) => {
                     tracing::info!(ring, "deleted the Lease of {member}, gone and holding nothing");
                     Some(member)
                 }
-                Err(failed) if matches!(failed.status(), Some(404 | 409)) => None,
+                Err(failed) if matches!(failed.status(), Some(404 | 409)) || matches!(failed, Failed::Fenced) => None,
                 Err(failed) => {
                     tracing::warn!(ring, "cannot delete the Lease {name}: {}", failed.message());
                     None
@@ -711,20 +708,17 @@ impl Coordinator {
         let ring = self.ring.clone();
         let fence = self.fence.clone();
         async move {
-            if !fence.open() {
-                return (
-                    key,
-                    Err("not sent: the coordinator's Lease was not renewed within its renew deadline".into()),
-                );
-            }
             let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
-            let result = match bounded(api.patch(&key.1.name, &params, &Patch::Merge(&body))).await {
+            let result = match Fenced::new(api, &fence).patch(&key.1.name, &params, &Patch::Merge(&body)).await {
                 Ok(_) => {
                     tracing::debug!(ring, "{}: {the_move:?}", key.1);
                     Ok(())
                 }
                 // Changed or gone since: the watch brings what it is now, and it is decided again.
                 Err(failed) if matches!(failed.status(), Some(404 | 409)) => Ok(()),
+                Err(Failed::Fenced) => {
+                    Err("not sent: the coordinator's Lease was not renewed within its renew deadline".into())
+                }
                 Err(failed) => Err(failed.message()),
             };
             (key, result)

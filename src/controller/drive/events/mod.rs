@@ -273,14 +273,6 @@ impl Shared {
         self.kinds.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
     }
 
-    /// Whether this process may write now: under leader election, not once its Lease may have passed on.
-    fn fenced(&self) -> Result<(), String> {
-        match self.fence.open() {
-            true => Ok(()),
-            false => Err(crate::controller::engine::request::Failed::Fenced.message()),
-        }
-    }
-
     fn monitor(&self, hook: usize, binding: usize) -> Option<Arc<Monitor>> {
         self.monitors.lock().unwrap_or_else(|e| e.into_inner()).get(&(hook, binding)).cloned()
     }

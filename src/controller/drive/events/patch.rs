@@ -1,6 +1,6 @@
 //! A successful run's `$KUBERNETES_PATCH_PATH` operations, sent in order as shell-operator sends them,
-//! each failure collected and the run failed if any. Every write is checked against the process's fence
-//! first (under leader election, nothing is sent once the Lease may have passed to another), and the
+//! each failure collected and the run failed if any. Every write goes through the process's fence
+//! (`Fenced`) (under leader election, nothing is sent once the Lease may have passed to another), and the
 //! writes that replace a whole object (CreateOrUpdate, JQPatch) carry the resourceVersion they read, and
 //! are read again and retried on a conflict.
 
@@ -11,7 +11,7 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use super::Shared;
 use crate::cluster::resolve::Resolved;
 use crate::cluster::scope;
-use crate::controller::engine::request::{Failed, bounded};
+use crate::controller::engine::request::{Failed, Fenced, bounded};
 use crate::controller::rules::FIELD_MANAGER;
 use crate::controller::rules::shell::patch::{IfExists, Operation, What};
 
@@ -59,7 +59,8 @@ fn code(failed: &Failed) -> Option<u16> {
 async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String> {
     let resolved = resolve(shared, operation).await?;
     let namespace = Some(operation.namespace.as_str()).filter(|ns| resolved.namespaced && !ns.is_empty());
-    let api = scope::discovered::<DynamicObject>(shared.client.clone(), &resolved.ar, namespace);
+    let api =
+        Fenced::new(scope::discovered::<DynamicObject>(shared.client.clone(), &resolved.ar, namespace), &shared.fence);
     let subresource = operation.subresource.trim_start_matches('/');
     let name = operation.name.as_str();
     match &operation.what {
@@ -67,18 +68,16 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
             let object: DynamicObject =
                 serde_json::from_value(object.clone()).map_err(|err| format!("cannot read the object: {err}"))?;
             let post = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() };
-            shared.fenced()?;
-            let created = bounded(api.create(&post, &object)).await;
+            let created = api.create(&post, &object).await;
             match created {
                 Ok(_) => Ok(()),
                 Err(failed) if code(&failed) == Some(409) && *if_exists == IfExists::Ignore => Ok(()),
                 Err(failed) if code(&failed) == Some(409) && *if_exists == IfExists::Update => {
                     for _ in 0..CONFLICT_RETRIES {
-                        let live = bounded(api.get(name)).await.map_err(|f| said(&f))?;
+                        let live = bounded(api.reads().get(name)).await.map_err(|f| said(&f))?;
                         let mut replacement = object.clone();
                         replacement.metadata.resource_version = live.metadata.resource_version;
-                        shared.fenced()?;
-                        match bounded(api.replace(name, &post, &replacement)).await {
+                        match api.replace(name, &post, &replacement).await {
                             Ok(_) => return Ok(()),
                             Err(failed) if code(&failed) == Some(409) => continue,
                             Err(failed) => return Err(said(&failed)),
@@ -98,8 +97,7 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
                 }),
                 ..Default::default()
             };
-            shared.fenced()?;
-            match bounded(api.delete(name, &params)).await {
+            match api.delete(name, &params).await {
                 Err(failed) if code(&failed) == Some(404) => return Ok(()),
                 Err(failed) => return Err(said(&failed)),
                 Ok(_) => {}
@@ -111,7 +109,7 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
             let deadline = tokio::time::Instant::now() + DELETE_WAIT;
             while tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                match bounded(api.get_opt(name)).await {
+                match bounded(api.reads().get_opt(name)).await {
                     Ok(None) => return Ok(()),
                     Ok(Some(_)) => {}
                     Err(failed) => return Err(said(&failed)),
@@ -122,7 +120,7 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
         What::JqPatch(jq) => {
             let post = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() };
             for _ in 0..CONFLICT_RETRIES {
-                let live = match bounded(api.get(name)).await {
+                let live = match bounded(api.reads().get(name)).await {
                     Err(failed) if code(&failed) == Some(404) && operation.ignore_missing_object => return Ok(()),
                     Err(failed) => return Err(said(&failed)),
                     Ok(live) => live,
@@ -132,15 +130,14 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
                 if after == before {
                     return Ok(());
                 }
-                shared.fenced()?;
                 // The filtered object keeps the resourceVersion it was read at: a change since is a conflict.
                 let replaced = match subresource {
                     "" => {
                         let object: DynamicObject = serde_json::from_value(after)
                             .map_err(|err| format!("the filter's result is not an object: {err}"))?;
-                        bounded(api.replace(name, &post, &object)).await.map(drop)
+                        api.replace(name, &post, &object).await.map(drop)
                     }
-                    sub => bounded(api.replace_subresource(sub, name, &post, &after)).await.map(drop),
+                    sub => api.replace_subresource(sub, name, &post, &after).await.map(drop),
                 };
                 match replaced {
                     Ok(()) => return Ok(()),
@@ -159,10 +156,9 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
                 ),
                 _ => Patch::Merge(patch.clone()),
             };
-            shared.fenced()?;
             let sent = match subresource {
-                "" => bounded(api.patch(name, &params, &patch)).await.map(drop),
-                sub => bounded(api.patch_subresource(sub, name, &params, &patch)).await.map(drop),
+                "" => api.patch(name, &params, &patch).await.map(drop),
+                sub => api.patch_subresource(sub, name, &params, &patch).await.map(drop),
             };
             match sent {
                 Err(failed) if code(&failed) == Some(404) && operation.ignore_missing_object => Ok(()),

@@ -32,7 +32,7 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::cluster::scope;
 use crate::controller::engine::fence::Fence;
-use crate::controller::engine::request::bounded;
+use crate::controller::engine::request::{Fenced, bounded};
 use crate::controller::rules::shard::{Member, Shares, drain_label, read_before};
 
 /// How a binding's objects join the ring's controllers (the coordinator labels them from then on), with
@@ -365,10 +365,7 @@ impl Share {
             "resourceVersion": version,
             "labels": {self.member.label(): &to, drain_label(&self.member.ring): Value::Null},
         }});
-        let result = match fence.open() {
-            true => bounded(api.patch(&held.name, &PatchParams::default(), &Patch::Merge(&patch))).await.map_err(Some),
-            false => Err(None),
-        };
+        let result = Fenced::new(api, fence).patch(&held.name, &PatchParams::default(), &Patch::Merge(&patch)).await;
         let mut inner = self.lock();
         let leaving = inner.leaving.get_mut(&held)?;
         let mut released = None;
@@ -383,20 +380,17 @@ impl Share {
             }
             // Changed since: sent again at once if a newer copy (still drained) came meanwhile, else when
             // it comes.
-            Err(Some(failed)) if failed.status() == Some(409) => {
+            Err(failed) if failed.status() == Some(409) => {
                 leaving.sending = leaving.version != version;
                 leaving.sending.then_some(Duration::ZERO)
             }
             // Gone: no longer being let go of, so that its DELETED is a deletion.
-            Err(Some(failed)) if failed.status() == Some(404) => {
+            Err(failed) if failed.status() == Some(404) => {
                 inner.leaving.remove(&held);
                 None
             }
             Err(failed) => {
-                let why = failed.map_or_else(
-                    || crate::controller::engine::request::Failed::Fenced.message(),
-                    |failed| failed.message(),
-                );
+                let why = failed.message();
                 tracing::warn!("{}/{}: cannot hand it over to shard member {to}: {why}", held.namespace, held.name);
                 Some(Duration::from_secs(1))
             }

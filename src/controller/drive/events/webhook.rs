@@ -21,12 +21,13 @@ use axum::routing::{get, post};
 use base64::Engine;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
 use super::{Shared, queue};
-use crate::controller::engine::request::bounded;
+use crate::cluster::scope;
+use crate::controller::engine::request::{Failed, Fenced, bounded};
 use crate::controller::rules::FIELD_MANAGER;
 use crate::controller::rules::shell::context::{Pending, What};
 use crate::controller::rules::shell::webhook::{self, AdmissionAnswer, Answer};
@@ -204,10 +205,10 @@ async fn register_admission(shared: &Shared, settings: &WebhookSettings, mutatin
         false => (ApiResource::erase::<ValidatingWebhookConfiguration>(&()), "ValidatingWebhookConfiguration"),
     };
     let name = format!("{}-{CONFIGURATION_ID}", settings.configuration_name);
-    let api: Api<DynamicObject> = Api::all_with(shared.client.clone(), &ar);
+    let api = Fenced::new(scope::dynamic(shared.client.clone(), &ar, None), &shared.fence);
     let mut wait = Duration::from_secs(2);
     for attempt in 1..=REGISTER_TRIES {
-        let result = submit(shared, &api, &ar, &name, &entries).await;
+        let result = submit(&api, &ar, &name, &entries).await;
         match result {
             Ok(()) => {
                 tracing::info!("{kind} {name} registered with {} webhooks", entries.len());
@@ -229,18 +230,18 @@ async fn register_admission(shared: &Shared, settings: &WebhookSettings, mutatin
 
 /// One try: the error, and whether it lasts (the API server refused what was sent).
 async fn submit(
-    shared: &Shared,
-    api: &Api<DynamicObject>,
+    api: &Fenced<'_, DynamicObject>,
     ar: &ApiResource,
     name: &str,
     entries: &[Value],
 ) -> Result<(), (String, bool)> {
-    let describe = |err: kube::Error| {
-        let lasting = matches!(crate::error::status_code(&err), Some(400..=408 | 410..=428 | 430..=499));
-        (crate::error::describe(&err), lasting)
+    // Fenced lasts too: the next leader registers the configuration.
+    let describe = |failed: Failed| {
+        let lasting =
+            matches!(failed, Failed::Fenced) || matches!(failed.status(), Some(400..=408 | 410..=428 | 430..=499));
+        (failed.message(), lasting)
     };
-    let found = bounded(api.get_opt(name)).await.map_err(|f| (f.message(), false))?;
-    shared.fenced().map_err(|err| (err, true))?;
+    let found = bounded(api.reads().get_opt(name)).await.map_err(|f| (f.message(), false))?;
     let post = PostParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() };
     match found {
         None => {
@@ -266,8 +267,8 @@ async fn point_crd_here(
     crd: &str,
     ca: &[u8],
 ) -> Result<()> {
-    let api: Api<DynamicObject> =
-        Api::all_with(shared.client.clone(), &ApiResource::erase::<CustomResourceDefinition>(&()));
+    let crds = scope::dynamic(shared.client.clone(), &ApiResource::erase::<CustomResourceDefinition>(&()), None);
+    let api = Fenced::new(crds, &shared.fence);
     let mut config = client_config(endpoint, namespace, &format!("/{crd}"), ca);
     // A merge patch keeps what it does not name: the other way of reaching the server is cleared.
     match endpoint.url {
@@ -277,7 +278,7 @@ async fn point_crd_here(
     let mut tries = 0;
     loop {
         tries += 1;
-        let found = match bounded(api.get_opt(crd)).await {
+        let found = match bounded(api.reads().get_opt(crd)).await {
             Ok(Some(found)) => found,
             Ok(None) if tries < CRD_TRIES => {
                 tracing::warn!("CRD {crd} of a conversion binding is not there; looked for again in 15s");
@@ -299,15 +300,14 @@ async fn point_crd_here(
                 "webhook": { "clientConfig": config, "conversionReviewVersions": ["v1", "v1beta1"] },
             }},
         });
-        shared.fenced().map_err(|err| anyhow!("update CRD {crd}: {err}"))?;
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..Default::default() };
         match api.patch(crd, &params, &Patch::Merge(&patch)).await {
             Ok(_) => {
                 tracing::info!("CRD {crd} converts through the conversion webhook server");
                 return Ok(());
             }
-            Err(err) if crate::error::status_code(&err) == Some(409) && tries < REGISTER_TRIES => continue,
-            Err(err) => return Err(anyhow!("update CRD {crd}: {}", crate::error::describe(&err))),
+            Err(failed) if failed.status() == Some(409) && tries < REGISTER_TRIES => continue,
+            Err(failed) => return Err(anyhow!("update CRD {crd}: {}", failed.message())),
         }
     }
 }
