@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use cel::extractors::This;
+use cel::extractors::{Arguments, This};
 use cel::objects::{Key, Map};
 use cel::{Context, Env, ExecutionError};
 use md5::Digest as _;
@@ -160,12 +160,46 @@ fn is_omit(value: &cel::Value) -> bool {
     matches!(value, cel::Value::Opaque(o) if o.runtime_type_name() == "kro.omit")
 }
 
+/// `args[0].function(args[1..])`, as the environment's own overload makes it.
+fn call_member(function: &str, args: &[cel::Value]) -> Result<cel::Value, ExecutionError> {
+    use cel::common::ast::{CallExpr, Expr, IdedExpr};
+    let ident = |i: usize| IdedExpr { id: i as u64 + 2, expr: Expr::Ident(format!("a{i}")) };
+    let Some((_, rest)) = args.split_first() else { return Err(ExecutionError::missing_argument_or_target()) };
+    let call = IdedExpr {
+        id: 1,
+        expr: Expr::Call(CallExpr {
+            func_name: function.to_owned(),
+            target: Some(Box::new(ident(0))),
+            args: (1..=rest.len()).map(ident).collect(),
+        }),
+    };
+    let mut context = Context::with_env(ENV.clone());
+    for (i, value) in args.iter().enumerate() {
+        context.add_variable_from_value(format!("a{i}"), value.clone());
+    }
+    cel::Value::resolve(&call, &context)
+}
+
 /// A context with kro's functions, and no variables yet.
 fn kro_context() -> Context<'static, 'static> {
     let mut context = Context::with_env(ENV.clone());
     context
         .add_function(cost::METER, || cost::step().map_err(|e| ExecutionError::function_error(cost::METER, e)))
         .expect(DISTINCT);
+    context
+        .add_function(cost::BUILT, |value: cel::Value| match cost::charge(&value) {
+            Ok(()) => Ok(value),
+            Err(why) => Err(ExecutionError::function_error(cost::BUILT, why)),
+        })
+        .expect(DISTINCT);
+    for (function, reckoned) in cost::RECKONED {
+        context
+            .add_function(reckoned, move |Arguments(args): Arguments| {
+                cost::would_build(function, &args).map_err(|why| ExecutionError::function_error(function, why))?;
+                call_member(function, &args)
+            })
+            .expect(DISTINCT);
+    }
     context.add_function("omit", || cel::Value::Opaque(Arc::new(Omit))).expect(DISTINCT);
     context
         .add_function("random.seededString", |n: i64, seed: Arc<String>| {
@@ -494,7 +528,7 @@ mod tests {
     fn failure(scope: &Scope, expression: &str) -> String {
         match scope.evaluate(expression) {
             Err(Unresolved::Failed(why)) => why,
-            other => panic!("{expression}: {other:?}"),
+            other => panic!("{expression}: {}", format!("{other:?}").chars().take(300).collect::<String>()),
         }
     }
 
@@ -517,18 +551,71 @@ mod tests {
             assert_eq!(failure(&scope, expression), cost::COST_EXCEEDED, "{expression}");
         }
         assert!(started.elapsed() < std::time::Duration::from_secs(60), "each stopped early");
-        // Just under a million steps in all (999 + 999²) is within the limit, and the same as unmetered.
-        let under = json!({"spec": {"items": (0..999).collect::<Vec<_>>()}});
+        // Just under a million in all is within the limit, and the same as unmetered: 998 + 998² steps,
+        // and what was built (998 lists of one number, a step each; 998 numbers in a list, 899 steps).
+        let under = json!({"spec": {"items": (0..998).collect::<Vec<_>>()}});
         let under = Scope::new(vec![("schema", &under)]);
         assert_eq!(
             under.evaluate("schema.spec.items.map(a, schema.spec.items.filter(b, b == a)).size()").unwrap(),
-            json!(999)
+            json!(998)
         );
         assert_eq!(scope.evaluate("schema.spec.items.exists_one(a, a == 7)").unwrap(), json!(true));
         assert_eq!(scope.evaluate("[1, 2, 3].map(x, x > 1, x * 2)").unwrap(), json!([4, 6]));
         assert_eq!(scope.evaluate("[1, 2, 3].all(x, x > 0) && ![1, 2].exists(x, x > 5)").unwrap(), json!(true));
         // CEL's error absorption inside a comprehension, metered or not.
         assert_eq!(scope.evaluate("[0, 1].exists(x, 1 / x > 0)").unwrap(), json!(true));
+    }
+
+    /// A call whose one result is many times its arguments is refused before it is built, and copies
+    /// piled up in a comprehension run out of steps: before, each of these built gigabytes.
+    #[test]
+    fn no_expression_builds_more_than_a_request_on_its_way() {
+        let text = "x".repeat(1 << 20);
+        let instance = json!({"spec": {"text": text, "short": "ab", "items": (0..2000).collect::<Vec<_>>()}});
+        let scope = Scope::new(vec![("schema", &instance)]);
+        let started = std::time::Instant::now();
+        for (expression, words) in [
+            ("schema.spec.text.replace('', schema.spec.text)", "replace's result would be larger than 3 MiB"),
+            ("schema.spec.text.replace('x', 'xxxx', 2000000)", "replace's result would be larger than 3 MiB"),
+            ("schema.spec.items.map(i, schema.spec.short).join(schema.spec.text)", "join's result would be larger"),
+            ("lists.range(3).map(i, schema.spec.text).join('')", "the value would be larger than 3 MiB"),
+            ("'%s%s'.format([schema.spec.text, schema.spec.text]) + schema.spec.text + 'y'", "larger than 3 MiB"),
+            ("[[schema.spec.text, schema.spec.text], [schema.spec.text, schema.spec.text]].flatten()", "larger than 3"),
+        ] {
+            let why = failure(&scope, expression);
+            assert!(why.contains(words), "{expression}: {why}");
+        }
+        for expression in [
+            "schema.spec.items.map(i, schema.spec.text.upperAscii()).size()",
+            "schema.spec.items.map(i, schema.spec.text + 'y').size() > 0 || true",
+            "schema.spec.items.map(i, base64.encode(bytes(schema.spec.text))).size()",
+            "schema.spec.items.filter(i, [schema.spec.text].size() > 0).size()",
+        ] {
+            assert_eq!(failure(&scope, expression), cost::COST_EXCEEDED, "{expression}");
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "each refused early");
+        // The same calls within the bounds give what the environment's own overloads give.
+        for (expression, expected) in [
+            ("'a-b-c'.replace('-', '+')", json!("a+b+c")),
+            ("'a-b-c'.replace('-', '+', 1)", json!("a+b-c")),
+            ("'ab'.replace('', '.')", json!(".a.b.")),
+            ("['a', 'b'].join()", json!("ab")),
+            ("['a', 'b'].join(', ')", json!("a, b")),
+            ("'%s is %d'.format(['x', 3])", json!("x is 3")),
+            ("[[1, [2]], [3]].flatten()", json!([1, [2], 3])),
+            ("[[1, [2]], [3]].flatten(2)", json!([1, 2, 3])),
+            ("schema.spec.items.map(i, i * 2).filter(i, i < 6)", json!([0, 2, 4])),
+            ("schema.spec.items.exists_one(i, i == 3) && schema.spec.short + 'c' == 'abc'", json!(true)),
+            ("{'k': [schema.spec.short]}.k[0].size()", json!(2)),
+        ] {
+            assert_eq!(scope.evaluate(expression).unwrap(), expected, "{expression}");
+        }
+        // And refuse what they refuse in the same words.
+        for expression in ["[1].join()", "['a', 2].join('-')", "'x'.replace(1, 'y')", "'x'.replace('x')"] {
+            let program = super::super::expr::parse(&ENV, expression).unwrap();
+            let unmetered = cel::Value::resolve(&program, &Context::with_env(ENV.clone())).unwrap_err().to_string();
+            assert_eq!(failure(&scope, expression), unmetered, "{expression}");
+        }
     }
 
     #[test]
@@ -538,7 +625,10 @@ mod tests {
         let scope = Scope::new(vec![("schema", &instance)]);
         let why = failure(&scope, "schema.spec.items.map(i, schema.spec.text)");
         assert!(why.contains("larger than 3 MiB"), "{why}");
-        assert_eq!(scope.evaluate("schema.spec.items.map(i, schema.spec.text).size()").unwrap(), json!(4));
+        // Also on its way to a small value: a value built is refused as soon as it is too large.
+        let why = failure(&scope, "schema.spec.items.map(i, schema.spec.text).size()");
+        assert!(why.contains("larger than 3 MiB"), "{why}");
+        assert_eq!(scope.evaluate("schema.spec.items.slice(0, 2).map(i, schema.spec.text).size()").unwrap(), json!(2));
         // A debug build's frames are many times a release build's: the parser's own bound (96 levels)
         // is reached on a thread with a stack as deep as a release build's 2 MiB goes.
         let nested = std::thread::Builder::new()

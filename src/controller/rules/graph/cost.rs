@@ -11,7 +11,16 @@
 //! accepts in a validation rule is never refused here.
 //!
 //! A value an expression gives may be no larger than the API server accepts in one request (3 MiB,
-//! `MaxRequestBodyBytes`): nothing larger can be written, as a child or as status.
+//! `MaxRequestBodyBytes`): nothing larger can be written, as a child or as status. So that no
+//! expression builds more than that on its way either, every value a call, a comprehension or a list or
+//! map literal builds passes `@built`: it is refused past 3 MiB, and it costs a step for every 10 bytes
+//! of it (cel-go's traversal cost factor, 0.1 per byte), so that a comprehension cannot pile up copies
+//! within the same 1,000,000 (10 MB of strings in all). Scalars cost nothing, which keeps the count of
+//! steps as above. The two calls whose one result can be many times their arguments however small
+//! those are (`replace`: a replacement at every character; `join`: a separator between every two
+//! elements) are sent to `@replace` and `@join`, which reckon the size first and refuse before anything
+//! is built. Every other call's result is at most a small multiple of its arguments, each already
+//! within the bound.
 
 use std::cell::Cell;
 
@@ -29,6 +38,16 @@ pub const COST_EXCEEDED: &str = "operation cancelled: actual cost limit exceeded
 
 /// The metering function's name: `@` cannot begin a name in CEL source.
 pub const METER: &str = "@cost";
+
+/// What every value built passes (`charge`).
+pub const BUILT: &str = "@built";
+
+/// The calls whose result can be many times their arguments, and what each is sent to instead: the
+/// same call, with its target first, once its size is reckoned (`would_build`).
+pub const RECKONED: [(&str, &str); 2] = [("replace", "@replace"), ("join", "@join")];
+
+/// Bytes of a value built that cost one step.
+const BYTES_PER_STEP: usize = 10;
 
 thread_local! {
     /// Steps taken by the expression being evaluated on this thread.
@@ -48,14 +67,87 @@ pub fn exceeded() -> bool {
 
 /// One step: `true`, or an error once the limit is passed.
 pub fn step() -> Result<bool, String> {
+    spend(1).map(|()| true)
+}
+
+fn spend(steps: u64) -> Result<(), String> {
     SPENT.with(|spent| {
-        let now = spent.get().saturating_add(1);
+        let now = spent.get().saturating_add(steps);
         spent.set(now);
         match now > COST_LIMIT {
             true => Err(COST_EXCEEDED.to_owned()),
-            false => Ok(true),
+            false => Ok(()),
         }
     })
+}
+
+fn too_large(what: &str) -> String {
+    format!("{what} would be larger than {} MiB, the most the API server accepts in a request", MAX_VALUE_BYTES >> 20)
+}
+
+/// What a value built costs: nothing for a scalar, a step per 10 bytes of anything else; refused past
+/// [`MAX_VALUE_BYTES`].
+pub fn charge(value: &cel::Value) -> Result<(), String> {
+    let scalar =
+        !matches!(value, cel::Value::String(_) | cel::Value::Bytes(_) | cel::Value::List(_) | cel::Value::Map(_));
+    if scalar {
+        return Ok(());
+    }
+    let mut left = MAX_VALUE_BYTES;
+    if !within(value, &mut left) {
+        return Err(too_large("the value"));
+    }
+    spend((MAX_VALUE_BYTES - left).div_ceil(BYTES_PER_STEP) as u64)
+}
+
+/// Refuses a call of `function` (one of [`RECKONED`], target first in `args`) whose result would be
+/// larger than [`MAX_VALUE_BYTES`], before it is made. Arguments of other types pass, for the call itself
+/// to refuse in its own words.
+pub fn would_build(function: &str, args: &[cel::Value]) -> Result<(), String> {
+    let text = |i: usize| match args.get(i) {
+        Some(cel::Value::String(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let size = match (function, args.first()) {
+        ("replace", _) => {
+            let (Some(this), Some(from), Some(to)) = (text(0), text(1), text(2)) else { return Ok(()) };
+            let limit = match args.get(3) {
+                Some(cel::Value::Int(n)) if *n >= 0 => Some(*n as u128),
+                _ => None,
+            };
+            replaced_size(this, from, to, limit)
+        }
+        ("join", Some(cel::Value::List(items))) => {
+            let parts: u128 = items
+                .iter()
+                .map(|item| matches!(item, cel::Value::String(_)).then(|| size_of(item)).unwrap_or(0))
+                .sum();
+            let separator = text(1).map_or(0, str::len) as u128;
+            parts + separator * (items.len().saturating_sub(1) as u128)
+        }
+        _ => return Ok(()),
+    };
+    match size > MAX_VALUE_BYTES as u128 {
+        true => Err(too_large(&format!("{function}'s result"))),
+        false => Ok(()),
+    }
+}
+
+/// A value's size as `within` counts it, up to just past the limit.
+fn size_of(value: &cel::Value) -> u128 {
+    let mut left = MAX_VALUE_BYTES + 1;
+    within(value, &mut left);
+    (MAX_VALUE_BYTES + 1 - left) as u128 + u128::from(left == 0)
+}
+
+fn replaced_size(this: &str, from: &str, to: &str, limit: Option<u128>) -> u128 {
+    // As Go's strings.Replace: an empty `from` matches before every character and at the end.
+    let found = match from.is_empty() {
+        true => this.chars().count() as u128 + 1,
+        false => this.matches(from).count() as u128,
+    };
+    let count = limit.map_or(found, |limit| found.min(limit));
+    this.len() as u128 - count * from.len() as u128 + count * to.len() as u128
 }
 
 /// Puts a `@cost()` call into every comprehension of `expr`, where it is evaluated once per element,
@@ -64,20 +156,73 @@ pub fn step() -> Result<bool, String> {
 /// `exists`' steps).
 pub fn meter(expr: &mut IdedExpr) {
     let mut next = max_id(expr) + 1;
-    meter_from(expr, &mut next);
+    meter_from(expr, &mut next, None);
 }
 
-fn meter_from(expr: &mut IdedExpr, next: &mut u64) {
+/// Whether the value `call` makes is one it builds: not an operator that gives one of its operands, a
+/// boolean, or an element, and not a comprehension's own step over its accumulator `accu`, whose shape
+/// the interpreter builds in place.
+fn builds(call: &CallExpr, accu: Option<&str>) -> bool {
+    const GIVEN: [&str; 9] = [
+        operators::CONDITIONAL,
+        operators::LOGICAL_AND,
+        operators::LOGICAL_OR,
+        operators::LOGICAL_NOT,
+        operators::NOT_STRICTLY_FALSE,
+        operators::INDEX,
+        operators::OPT_INDEX,
+        operators::OPT_SELECT,
+        METER,
+    ];
+    !GIVEN.contains(&call.func_name.as_str()) && !on_accu(call, accu)
+}
+
+fn on_accu(call: &CallExpr, accu: Option<&str>) -> bool {
+    accu.is_some_and(|accu| call.args.iter().any(|a| matches!(&a.expr, Expr::Ident(name) if name == accu)))
+}
+
+/// `place` becomes `@built(place)`.
+fn wrap(place: &mut IdedExpr, next: &mut u64) {
+    *next += 1;
+    let inner = std::mem::take(place);
+    *place = IdedExpr {
+        id: *next,
+        expr: Expr::Call(CallExpr { func_name: BUILT.to_owned(), target: None, args: vec![inner] }),
+    };
+}
+
+fn meter_from(expr: &mut IdedExpr, next: &mut u64, accu: Option<&str>) {
     match &mut expr.expr {
         Expr::Call(call) => {
+            let built = builds(call, accu);
+            let keeps_shape = on_accu(call, accu);
             if let Some(target) = &mut call.target {
-                meter_from(target, next);
+                meter_from(target, next, accu);
             }
-            call.args.iter_mut().for_each(|arg| meter_from(arg, next));
+            for arg in &mut call.args {
+                match (&mut arg.expr, keeps_shape) {
+                    // `@result + [e]`: the list literal stays as the macro made it; its element is metered.
+                    (Expr::List(list), true) => list.elements.iter_mut().for_each(|e| meter_from(e, next, accu)),
+                    _ => meter_from(arg, next, accu),
+                }
+            }
+            if let Some((_, reckoned)) = RECKONED.iter().find(|(name, _)| *name == call.func_name)
+                && let Some(target) = call.target.take()
+            {
+                call.func_name = (*reckoned).to_owned();
+                call.args.insert(0, *target);
+            }
+            if built {
+                wrap(expr, next);
+            }
         }
         Expr::Comprehension(c) => {
-            for part in [&mut c.iter_range, &mut c.accu_init, &mut c.loop_cond, &mut c.loop_step, &mut c.result] {
-                meter_from(part, next);
+            let own = c.accu_var.clone();
+            for part in [&mut c.iter_range, &mut c.accu_init, &mut c.result] {
+                meter_from(part, next, accu);
+            }
+            for part in [&mut c.loop_cond, &mut c.loop_step] {
+                meter_from(part, next, Some(&own));
             }
             let place = match (&c.loop_cond.expr, &mut c.loop_step.expr) {
                 // `all` and `exists` stop on their condition: metered there, the error is never absorbed.
@@ -98,23 +243,34 @@ fn meter_from(expr: &mut IdedExpr, next: &mut u64) {
                 None if matches!(c.loop_cond.expr, Expr::Literal(_)) => guard(&mut c.loop_step, true, next),
                 None => guard(&mut c.loop_cond, false, next),
             }
+            wrap(expr, next);
         }
-        Expr::List(list) => list.elements.iter_mut().for_each(|e| meter_from(e, next)),
-        Expr::Map(map) => meter_entries(&mut map.entries, next),
-        Expr::Struct(s) => meter_entries(&mut s.entries, next),
-        Expr::Select(select) => meter_from(&mut select.operand, next),
+        Expr::List(list) => {
+            list.elements.iter_mut().for_each(|e| meter_from(e, next, accu));
+            if !list.elements.is_empty() {
+                wrap(expr, next);
+            }
+        }
+        Expr::Map(map) => {
+            meter_entries(&mut map.entries, next, accu);
+            if !map.entries.is_empty() {
+                wrap(expr, next);
+            }
+        }
+        Expr::Struct(s) => meter_entries(&mut s.entries, next, accu),
+        Expr::Select(select) => meter_from(&mut select.operand, next, accu),
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
     }
 }
 
-fn meter_entries(entries: &mut [IdedEntryExpr], next: &mut u64) {
+fn meter_entries(entries: &mut [IdedEntryExpr], next: &mut u64, accu: Option<&str>) {
     for entry in entries {
         match &mut entry.expr {
             EntryExpr::MapEntry(entry) => {
-                meter_from(&mut entry.key, next);
-                meter_from(&mut entry.value, next);
+                meter_from(&mut entry.key, next, accu);
+                meter_from(&mut entry.value, next, accu);
             }
-            EntryExpr::StructField(field) => meter_from(&mut field.value, next),
+            EntryExpr::StructField(field) => meter_from(&mut field.value, next, accu),
         }
     }
 }
@@ -174,30 +330,35 @@ fn entry_max(entry: &IdedEntryExpr) -> u64 {
 /// Whether `value` holds more than `limit` bytes of strings, bytes and elements (each element and
 /// entry counted as a byte of its own), counted only as far as the limit.
 pub fn larger_than(value: &cel::Value, limit: usize) -> bool {
-    fn size(value: &cel::Value, left: &mut usize) -> bool {
-        let take = |n: usize, left: &mut usize| match n > *left {
-            true => false,
-            false => {
-                *left -= n;
-                true
-            }
-        };
-        match value {
-            cel::Value::String(s) => take(s.len(), left),
-            cel::Value::Bytes(b) => take(b.len(), left),
-            cel::Value::List(items) => items.iter().all(|item| take(1, left) && size(item, left)),
-            cel::Value::Map(map) => map.map.iter().all(|(key, value)| {
-                let key = match key {
-                    cel::objects::Key::String(s) => s.len(),
-                    _ => 8,
-                };
-                take(key + 1, left) && size(value, left)
-            }),
-            _ => take(8, left),
-        }
-    }
     let mut left = limit;
-    !size(value, &mut left)
+    !within(value, &mut left)
+}
+
+/// Takes `value`'s size from `left`, and whether it all fitted (`left` is 0 once it did not).
+fn within(value: &cel::Value, left: &mut usize) -> bool {
+    let take = |n: usize, left: &mut usize| match n > *left {
+        true => {
+            *left = 0;
+            false
+        }
+        false => {
+            *left -= n;
+            true
+        }
+    };
+    match value {
+        cel::Value::String(s) => take(s.len(), left),
+        cel::Value::Bytes(b) => take(b.len(), left),
+        cel::Value::List(items) => items.iter().all(|item| take(1, left) && within(item, left)),
+        cel::Value::Map(map) => map.map.iter().all(|(key, value)| {
+            let key = match key {
+                cel::objects::Key::String(s) => s.len(),
+                _ => 8,
+            };
+            take(key + 1, left) && within(value, left)
+        }),
+        _ => take(8, left),
+    }
 }
 
 #[cfg(test)]
