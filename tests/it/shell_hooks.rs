@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Background, Namespace, eventually, free_port, http_get, kubectl, kubectl_json, samplectl};
+use crate::support::{Background, Namespace, eventually, free_port, http_get, kubectl, kubectl_json, samplectl, tail};
 
 const SOON: Duration = Duration::from_secs(30);
 
@@ -927,6 +927,86 @@ echo "{\"allowed\":true,\"patch\":\"$PATCH\"}" > "$VALIDATING_RESPONSE_PATH""#;
     assert_eq!(kept_review[0]["type"], "Validating");
     assert_eq!(kept_review[0]["review"]["request"]["operation"], "CREATE");
     assert_eq!(kept_review[0]["review"]["request"]["object"]["metadata"]["annotations"]["mutated"], "yes");
+    let (code, logged) = runner.stop("TERM", Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{logged}");
+}
+
+/// An update of a custom resource of 1.3 MiB, whose review carries it twice (object and oldObject),
+/// is reviewed by the hook and allowed: the review's body limit is sized from what the API server sends
+/// (before, such a review was refused with a 413, and a `failurePolicy: Fail` webhook refused the write).
+#[test]
+fn an_update_of_a_large_object_is_reviewed_whole() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("shell-large");
+    let hooks = Hooks::new();
+    let certs = hooks.dir.path().join("certs");
+    certificates(&certs);
+    let group = format!("{}.example.com", ns.0);
+    let crd_name = format!("blobs.{group}");
+    let _delete =
+        Delete(vec![("validatingwebhookconfiguration", format!("{}-hooks", ns.0)), ("crd", crd_name.clone())]);
+    let schema = json!({"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    crate::support::apply(
+        "default",
+        &json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": crd_name},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"plural": "blobs", "singular": "blob", "kind": "Blob"},
+                     "versions": [{"name": "v1", "served": true, "storage": true, "schema": schema}]}
+        }),
+    );
+    crate::support::established(&[&format!("crd/{crd_name}")]);
+    let config = format!(
+        "configVersion: v1
+kubernetesValidating:
+- name: blobs.samplectl.example.com
+  namespace: {{labelSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}}}
+  rules:
+  - {{apiGroups: ['{group}'], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [blobs], scope: Namespaced}}
+  timeoutSeconds: 10",
+        ns = ns.0
+    );
+    // Records the sizes it was given, and refuses only what is labelled deny=yes.
+    let body = r#"export OUT
+python3 - <<'PY'
+import json, os, time
+request = json.load(open(os.environ["BINDING_CONTEXT_PATH"]))[0]["review"]["request"]
+sizes = {k: len(json.dumps(request.get(k) or {})) for k in ("object", "oldObject")}
+open(os.path.join(os.environ["OUT"], "sizes-%d.json" % time.time_ns()), "w").write(json.dumps([{"operation": request["operation"], **sizes}]))
+denied = request["object"]["metadata"].get("labels", {}).get("deny") == "yes"
+open(os.environ["VALIDATING_RESPONSE_PATH"], "w").write(json.dumps({"allowed": not denied, "message": "labelled deny=yes"}))
+PY"#;
+    hooks.hook("large.sh", &config, body);
+    let mut flags = webhook_flags("validating", &certs, free_port());
+    flags.extend(["--validating-webhook-configuration-name".to_owned(), ns.0.clone()]);
+    let runner = hooks.run(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut attempt = 0;
+    eventually(SOON, "the webhook registered (a labelled Blob refused)", || {
+        attempt += 1;
+        let refused = json!({"apiVersion": format!("{group}/v1"), "kind": "Blob",
+                             "metadata": {"name": format!("denied-{attempt}"), "labels": {"deny": "yes"}}});
+        let run = crate::support::try_apply(&ns.0, &refused);
+        match run.stderr.contains("denied the request: labelled deny=yes") {
+            true => Ok(()),
+            false => Err(format!("{run:?}\n{}", runner.stderr())),
+        }
+    });
+
+    let large = |fill: &str| {
+        json!({"apiVersion": format!("{group}/v1"), "kind": "Blob", "metadata": {"name": "large"},
+               "spec": {"data": fill.repeat(1_300_000)}})
+    };
+    crate::support::create(&ns.0, &large("a"));
+    let file = hooks.dir.path().join("large.json");
+    std::fs::write(&file, large("b").to_string()).unwrap();
+    let replaced = kubectl(&["-n", &ns.0, "replace", "-f", file.to_str().unwrap()]);
+    assert_eq!(replaced.code, 0, "{replaced:?}\n{}", tail(&runner.stderr(), 20));
+    let stored = kubectl(&["-n", &ns.0, "get", "blob", "large", "-o", "jsonpath={.spec.data}"]);
+    assert!(stored.stdout.len() == 1_300_000 && stored.stdout.starts_with('b'), "the update was stored");
+    let update = hooks.contexts("sizes").into_iter().map(|c| c[0].clone()).find(|c| c["operation"] == "UPDATE");
+    let update = update.expect("the hook reviewed the update");
+    assert!(update["object"].as_u64().unwrap() > 1_300_000 && update["oldObject"].as_u64().unwrap() > 1_300_000);
     let (code, logged) = runner.stop("TERM", Duration::from_secs(10));
     assert_eq!(code, Some(0), "{logged}");
 }
