@@ -15,6 +15,7 @@ import scale
 import scenarios
 import sharding
 import shell_operator
+import webhooks
 from kube import Api
 
 # How much each scenario measures. The full profile is what bench/RESULTS.md comes from.
@@ -39,6 +40,7 @@ PROFILES = {
         "fleet_ring": {"controllers": 10, "per_controller": 1000, "members": [1, 2, 4], "probes": 100},
         "kro": {"count": 30, "size": 1000, "window": 60, "few": 20, "big_crds": 200},
         "shell_operator": {"count": 100, "size": 100000},
+        "webhooks": {"reviews": 4000, "clients": 8, "idle": 1000},
     },
     "quick": {
         "idle": {"sizes": [100], "window": 15, "windows": 2},
@@ -58,6 +60,7 @@ PROFILES = {
         "fleet_ring": {"controllers": 10, "per_controller": 30, "members": [1, 2], "probes": 20},
         "kro": {"count": 10, "size": 200, "window": 15, "few": 10, "big_crds": 200},
         "shell_operator": {"count": 20, "size": 2000},
+        "webhooks": {"reviews": 400, "clients": 8, "idle": 1000},
     },
 }
 
@@ -104,7 +107,7 @@ def main():
         log(f"{name} ...")
         module = {"metacontroller": metacontroller, "kro": kro, "scale": scale, "scale_poll": scale, "sharding": sharding,
                   "failover": sharding, "fleet_ring": fleet_ring,
-                  "shell_operator": shell_operator}.get(
+                  "shell_operator": shell_operator, "webhooks": webhooks}.get(
             name, scenarios
         )
         results[name] = getattr(module, name.replace("idle", "idle_cost"))(bench, **profile[name], log=log)

@@ -99,7 +99,8 @@ def write(results, out):
                 ("scale", scale_section), ("sharding", sharding_section), ("failover", failover_section),
                 ("fleet_ring", fleet_ring_section),
                 ("kro", kro_section),
-                ("shell_operator", shell_operator_section)]
+                ("shell_operator", shell_operator_section),
+                ("webhooks", webhooks_section)]
     if "scale_poll" in results and "scale" not in results:
         results = dict(results, scale={})
     verdicts = []
@@ -706,6 +707,26 @@ def shell_operator_section(results, w, verdicts, out):
         names = ["reaction p50", "reaction p90", "reaction p99", "burst", "RSS empty", "RSS full", "per object"]
         verdicts.append("shell-operator as a peer (aim: ahead on every row): "
                         + rows_versus(names, rows["samplectl"], rows["shell-operator"]))
+
+
+def webhooks_section(results, w, verdicts, out):
+    data = results["webhooks"]
+    w("## 14. A validating webhook under idle connections\n")
+    w("samplectl serving one shell hook as a validating webhook over TLS (`bench/webhooks.py`): the hook "
+      "allows everything (bash, one `echo`). The bench posts AdmissionReviews of a 1 KiB ConfigMap straight "
+      f"to the server, {data['reviews']} of them from {data['clients']} keep-alive connections, first with no "
+      f"other connection open, then while {data['idle']} other connections are held open and silent: plain "
+      "TCP that never starts its TLS handshake (the server closes each after 10 s), then TLS connections that "
+      "never send a request (closed after 32 s); the bench reopens each as soon as it is closed. Each review "
+      "runs the hook, so the rate is the hook's: what is measured is that idle connections take nothing "
+      "from it." + measured_on(results, "webhooks") + "\n")
+    w("| idle connections | reviews/s | p50 ms | p90 ms | p99 ms | idle reopened |")
+    w("|---|---:|---:|---:|---:|---:|")
+    for label, run in data["runs"].items():
+        lat = [x * 1000 for x in run["latencies"]]
+        w(f"| {label} | {len(lat) / run['seconds']:.0f} | {pct(lat, 50):.1f} | {pct(lat, 90):.1f} | "
+          f"{pct(lat, 99):.1f} | {run.get('reopened', '')} |")
+    w("")
 
 
 def scale_section(results, w, verdicts, out):

@@ -3,7 +3,7 @@
 //!
 //! Layers, each depending only on those after it: `cli` and `commands` (the command line), `controller`
 //! (the only writer), `output` (printing), `cluster` (reading from the API server), and the leaves
-//! `error`, `duration`, `logging`, `process` and `signal`. ARCHITECTURE.md is the map.
+//! `error`, `duration`, `limits`, `logging`, `process` and `signal`. ARCHITECTURE.md is the map.
 
 pub mod certificates;
 pub mod cli;
@@ -13,6 +13,7 @@ pub mod controller;
 pub mod duration;
 pub mod error;
 pub mod go_json;
+pub mod limits;
 pub mod logging;
 pub mod output;
 pub mod process;

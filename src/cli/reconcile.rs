@@ -94,6 +94,24 @@ pub struct ReconcileArgs {
     #[arg(long, default_value = "20s", value_parser = crate::duration::parse, value_name = "DURATION")]
     pub shutdown_timeout: Duration,
 
+    /// Connections each port samplectl serves (probes, /metrics, webhooks) keeps open at once; past it a
+    /// new connection is closed at once
+    #[arg(long, default_value_t = crate::limits::Limits::DEFAULT.max_connections as u32, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..), help_heading = "Limits")]
+    pub max_connections: u32,
+
+    /// Runs of one shell hook its webhooks start at once; past it a review waits until just before the
+    /// API server's deadline, then is refused with code 429
+    #[arg(long, default_value_t = crate::limits::Limits::DEFAULT.webhook_runs_in_flight as u32, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..), help_heading = "Limits")]
+    pub webhook_runs_in_flight: u32,
+
+    /// Steps one of kro's CEL expressions may take (an element of a comprehension, 10 bytes of a value
+    /// built); past it the expression fails with cel-go's words, in its instance's conditions
+    #[arg(long, default_value_t = crate::limits::Limits::DEFAULT.cel_cost_limit, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..), help_heading = "Limits")]
+    pub cel_cost_limit: u64,
+
     /// kro's feature gates for ResourceGraphDefinitions, as kro takes them (e.g. CELOmitFunction=true);
     /// all off unless given. samplectl has CELOmitFunction
     #[arg(long, value_name = "GATES", value_parser = feature_gates)]

@@ -10,6 +10,11 @@ use crate::controller::run::run as run_controller;
 use crate::controller::settings::{Driver, HookSettings, MetricsServe, Serve, Settings, Sharding, Source};
 
 pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArgs) -> Result<()> {
+    crate::limits::set(crate::limits::Limits {
+        max_connections: args.max_connections as usize,
+        webhook_runs_in_flight: args.webhook_runs_in_flight as usize,
+        cel_cost_limit: args.cel_cost_limit,
+    });
     let driver = match args.watch {
         true => Driver::Watch { resync: args.resync },
         false => Driver::Poll { interval: args.interval, resync: args.resync },

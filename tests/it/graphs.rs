@@ -373,6 +373,65 @@ fn the_authors_conditions_are_the_instances() {
     forget_rgds(&[&name]);
 }
 
+/// `--cel-cost-limit` bounds the steps of every expression: an instance whose list makes a nested map
+/// pass it fails, in its conditions and in cel-go's words, while an instance of the same graph with a
+/// shorter list runs.
+#[test]
+fn an_expression_past_the_cost_limit_fails_its_own_instance_only() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-cost");
+    let name = "samplectl-it-cost".to_owned();
+    let schema = json!({"apiVersion": "v1alpha1", "kind": "GraphCost", "group": "graphs.samplectl.test",
+                        "spec": {"items": "[]integer"}});
+    let resources = json!([{"id": "config", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "${schema.metadata.name}-config"},
+        "data": {"pairs": "${string(schema.spec.items.map(a, schema.spec.items.map(b, a + b)).size())}"}}}]);
+    apply("default", &rgd(&name, &ns.0, schema, resources));
+    let label = format!("samplectl-test={}", ns.0);
+    let run = Background::start(&[
+        "reconcile",
+        "--from-cluster",
+        "--target-label-selector",
+        &label,
+        "-n",
+        &ns.0,
+        "--watch",
+        "--cel-cost-limit",
+        "2000",
+    ]);
+    let resource = "graphcosts.graphs.samplectl.test";
+    let instance = |name: &str, n: usize| {
+        json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphCost", "metadata": {"name": name},
+               "spec": {"items": (0..n).collect::<Vec<_>>()}})
+    };
+    // 10 + 10² steps, and ten lists of ten numbers built: within 2,000. 50 + 50² is not.
+    let small = eventually(SOON, "the small instance's ConfigMap", || {
+        let _ = crate::support::try_apply(&ns.0, &instance("small", 10));
+        get("configmap", "small-config", Some(&ns.0)).ok_or_else(|| run.stderr())
+    });
+    assert_eq!(small["data"]["pairs"], "10");
+    let failed = eventually(SOON, "the large instance's conditions", || {
+        let _ = crate::support::try_apply(&ns.0, &instance("large", 50));
+        let object = get(resource, "large", Some(&ns.0)).ok_or("no instance")?;
+        let said = object["status"]["conditions"].to_string();
+        match said.contains("operation cancelled: actual cost limit exceeded") {
+            true => Ok(object),
+            false => Err(format!("{}\n{}", object["status"], run.stderr())),
+        }
+    });
+    assert_ne!(failed["status"]["state"], "ACTIVE", "{}", failed["status"]);
+    assert!(get("configmap", "large-config", Some(&ns.0)).is_none(), "nothing made for the large instance");
+    let small = get(resource, "small", Some(&ns.0)).unwrap();
+    assert_eq!(small["status"]["state"], "ACTIVE", "the other instance runs on: {}", small["status"]);
+    drop(run);
+    for instance in ["small", "large"] {
+        let unfinalized = r#"{"metadata":{"finalizers":null}}"#;
+        kubectl(&["patch", resource, instance, "-n", &ns.0, "--type=merge", "-p", unfinalized]).success();
+    }
+    forget_rgds(&[&name]);
+}
+
 /// kro's compatibility check: a change to the RGD that would break stored instances (a field retyped)
 /// leaves the CRD as it is and says so in KindReady, in kro's words, until the RGD allows breaking
 /// changes; a change that breaks nothing (a field added) is written.

@@ -467,3 +467,31 @@ fn reconcile_usage_errors() {
     assert_eq!(run.code, 1, "{run:#?}");
     assert!(run.stderr.contains("error: cannot read the certificate /nonexistent/tls.crt"), "{run:#?}");
 }
+
+/// `--max-connections` caps the connections a port keeps open: with one held open and silent, the
+/// probe port closes the next at once; once the held one goes, probes are answered again.
+#[test]
+fn max_connections_caps_each_port() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("rc-conns");
+    let port = crate::support::free_port();
+    let health = format!("127.0.0.1:{port}");
+    let args = ["reconcile", "--gvr", "v1/configmaps", "-n", &ns.0, "--health-addr", &health, "--max-connections", "1"];
+    let observer = Background::start(&args);
+    eventually(SOON, "the probes answered", || match crate::support::http_get(port, "/healthz") {
+        Some((200, _)) => Ok(()),
+        other => Err(format!("{other:?}\n{}", observer.stderr())),
+    });
+    let held = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    eventually(SOON, "a second connection closed at once", || match crate::support::http_get(port, "/healthz") {
+        None => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    drop(held);
+    eventually(SOON, "the probes answered once the held connection went", || {
+        match crate::support::http_get(port, "/healthz") {
+            Some((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+}

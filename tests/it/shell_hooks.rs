@@ -1011,6 +1011,77 @@ PY"#;
     assert_eq!(code, Some(0), "{logged}");
 }
 
+/// `--webhook-runs-in-flight` caps one hook's runs from its webhooks: with one run in flight, a second
+/// review waits until just before the API server's deadline (the `timeout` in its URL, less a second),
+/// then is refused with code 429 in words, and the first is answered as its hook says.
+#[test]
+fn a_hooks_runs_in_flight_are_capped_and_the_next_review_refused_in_time() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("shell-inflight");
+    let hooks = Hooks::new();
+    let certs = hooks.dir.path().join("certs");
+    certificates(&certs);
+    let _delete = Delete(vec![("validatingwebhookconfiguration", format!("{}-hooks", ns.0))]);
+    // Registered for a namespace that does not exist: only the test's own reviews reach it.
+    let config = "configVersion: v1
+kubernetesValidating:
+- name: slow.samplectl.example.com
+  namespace: {labelSelector: {matchLabels: {kubernetes.io/metadata.name: samplectl-none}}}
+  rules:
+  - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [configmaps], scope: Namespaced}";
+    hooks.hook(
+        "slow.sh",
+        config,
+        r#"echo run >> "$OUT/runs"; sleep 4; echo '{"allowed": true}' > "$VALIDATING_RESPONSE_PATH""#,
+    );
+    let port = free_port();
+    let mut flags = webhook_flags("validating", &certs, port);
+    flags.extend(["--validating-webhook-configuration-name".to_owned(), ns.0.clone()]);
+    flags.extend(["--webhook-runs-in-flight".to_owned(), "1".to_owned()]);
+    let runner = hooks.run(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+    eventually(SOON, "the webhook server listening", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).map(drop).map_err(|e| format!("{e}\n{}", runner.stderr()))
+    });
+    let review = |uid: &str| {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": uid, "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "operation": "CREATE",
+            "namespace": "samplectl-none", "name": "c",
+            "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}}})
+        .to_string()
+    };
+    let post = |uid: &str| {
+        std::process::Command::new("curl")
+            .args(["-s", "--cacert", certs.join("ca.crt").to_str().unwrap(), "-H", "Content-Type: application/json"])
+            .args(["--data-binary", &review(uid)])
+            .arg(format!("https://127.0.0.1:{port}/hooks/slow-samplectl-example-com?timeout=3s"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let first = post("first");
+    eventually(SOON, "the first review's run started", || match hooks.lines("runs").len() {
+        1 => Ok(()),
+        n => Err(format!("{n} runs\n{}", runner.stderr())),
+    });
+    let started = std::time::Instant::now();
+    let second = post("second").wait_with_output().unwrap();
+    let waited = started.elapsed();
+    let second: Value = serde_json::from_slice(&second.stdout).expect("a review answered");
+    assert_eq!(second["response"]["uid"], "second");
+    assert_eq!(second["response"]["allowed"], false, "{second}");
+    assert_eq!(second["response"]["status"]["code"], 429, "{second}");
+    let said = second["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("has 1 reviews in flight already; try again"), "{said}");
+    assert!(waited >= Duration::from_millis(1500) && waited < Duration::from_secs(3), "waited {waited:?}");
+    let first: Value = serde_json::from_slice(&first.wait_with_output().unwrap().stdout).expect("answered");
+    assert_eq!(first["response"]["uid"], "first");
+    assert_eq!(first["response"]["allowed"], true, "{first}");
+    assert_eq!(hooks.lines("runs").len(), 1, "the refused review ran nothing");
+    let (code, logged) = runner.stop("TERM", Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{logged}");
+}
+
 /// A conversion binding points its CRD at samplectl's conversion server, and the API server's
 /// conversions run the hook; the hook's own failedMessage reaches the client.
 #[test]

@@ -8,8 +8,8 @@
 //!   `ReadHeaderTimeout`), which also ends a kept-alive connection left idle that long;
 //! - a request is answered within `REQUEST_TIMEOUT`, its body read included, or gets a 503 (the API
 //!   server waits 30 s at most for a webhook: an answer after that reaches nobody);
-//! - at most `MAX_CONNECTIONS` are open at once; past it a new connection is closed at once, rather
-//!   than queued in the kernel's backlog behind the others.
+//! - at most `--max-connections` (2,048 by default, `crate::limits`) are open at once; past it a new
+//!   connection is closed at once, rather than queued in the kernel's backlog behind the others.
 //!
 //! Body limits belong to each route (`DefaultBodyLimit`), sized from what its callers send.
 
@@ -28,7 +28,6 @@ use tower::ServiceExt;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(34);
-pub const MAX_CONNECTIONS: usize = 2048;
 
 /// Serves `app` on `listener` (over TLS with `tls`) until `stop` completes; connections already open
 /// finish what they are doing, each within its bounds.
@@ -38,8 +37,18 @@ pub async fn serve(
     app: Router,
     stop: impl Future<Output = ()> + Send,
 ) {
+    serve_at_most(crate::limits::get().max_connections, listener, tls, app, stop).await
+}
+
+async fn serve_at_most(
+    most: usize,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    app: Router,
+    stop: impl Future<Output = ()> + Send,
+) {
     let tls = tls.map(TlsAcceptor::from);
-    let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let open = Arc::new(Semaphore::new(most));
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
@@ -56,7 +65,7 @@ pub async fn serve(
             }
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
-            tracing::debug!("{peer}: closed at once, {MAX_CONNECTIONS} connections are open");
+            tracing::debug!("{peer}: closed at once, {most} connections are open");
             continue;
         };
         let (tls, app) = (tls.clone(), app.clone());
@@ -161,6 +170,43 @@ mod tests {
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(started.elapsed() < HANDSHAKE_TIMEOUT, "answered before any silent handshake timed out");
         drop(silent);
+    }
+
+    /// Past the cap a new connection is closed at once; once one of those open goes, a new one is served.
+    #[tokio::test]
+    async fn past_the_cap_a_connection_is_closed_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/healthz", get(|| async { "ok" }));
+        tokio::spawn(serve_at_most(2, listener, None, app, std::future::pending()));
+        let held = [TcpStream::connect(addr).await.unwrap(), TcpStream::connect(addr).await.unwrap()];
+        let ask = || async move {
+            let mut tcp = TcpStream::connect(addr).await.unwrap();
+            let _ = tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+            let mut answer = String::new();
+            let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_string(&mut answer)).await;
+            answer
+        };
+        // The two held may not be accepted yet when the third comes: it is refused once they are.
+        let mut refused = false;
+        for _ in 0..50 {
+            if ask().await.is_empty() {
+                refused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(refused, "a third connection closed without an answer");
+        drop(held);
+        let mut answer = String::new();
+        for _ in 0..50 {
+            answer = ask().await;
+            if answer.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(answer.starts_with("HTTP/1.1 200"), "served once one went: {answer:?}");
     }
 
     #[tokio::test(start_paused = true)]

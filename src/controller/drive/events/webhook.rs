@@ -58,8 +58,11 @@ const MAX_CONVERSION_REVIEW: usize = 64 << 20;
 const ADMISSION_BUDGET: usize = 4 * MAX_ADMISSION_REVIEW;
 const CONVERSION_BUDGET: usize = MAX_CONVERSION_REVIEW;
 
-/// How many runs of one hook its webhooks start at once: each is a process, in a container of 256 MiB.
-const RUNS_IN_FLIGHT: usize = 8;
+/// How many runs of one hook its webhooks start at once (`--webhook-runs-in-flight`, 8 by default):
+/// each is a process, in a container of 256 MiB.
+fn runs_in_flight() -> usize {
+    crate::limits::get().webhook_runs_in_flight
+}
 
 /// What the servers' handlers share.
 struct App {
@@ -101,7 +104,7 @@ pub(super) async fn serve(shared: &Arc<Shared>, settings: &WebhookSettings, stop
         shared: shared.clone(),
         admission_budget: Budget::new(ADMISSION_BUDGET, MAX_ADMISSION_REVIEW),
         conversion_budget: Budget::new(CONVERSION_BUDGET, MAX_CONVERSION_REVIEW),
-        runs: shared.hooks.iter().map(|_| Arc::new(Semaphore::new(RUNS_IN_FLIGHT))).collect(),
+        runs: shared.hooks.iter().map(|_| Arc::new(Semaphore::new(runs_in_flight()))).collect(),
         admission,
         conversion,
     });
@@ -359,7 +362,7 @@ async fn run(
     }
     let name = &shared.hooks[hook].loaded.name;
     let Ok(Ok(_run)) = tokio::time::timeout(wait, app.runs[hook].clone().acquire_owned()).await else {
-        let why = format!("hook {name} has {RUNS_IN_FLIGHT} reviews in flight already; try again");
+        let why = format!("hook {name} has {} reviews in flight already; try again", runs_in_flight());
         tracing::warn!(hook = name.as_str(), binding = context.binding.as_str(), "{why}");
         return Err(NoAnswer::Busy(why));
     };

@@ -26,8 +26,11 @@ use std::cell::Cell;
 
 use cel::common::ast::{CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue, operators};
 
-/// The most comprehension steps one expression may take: Kubernetes' per-expression cost limit.
-pub const COST_LIMIT: u64 = 1_000_000;
+/// The most steps one expression may take (`--cel-cost-limit`): by default Kubernetes' per-expression
+/// cost limit, 1,000,000.
+fn cost_limit() -> u64 {
+    crate::limits::get().cel_cost_limit
+}
 
 /// The largest value, in bytes of its strings and elements, an expression may give or build with
 /// `random.seededString`: the API server's limit on a request's body.
@@ -62,7 +65,7 @@ pub fn start() {
 /// Whether the evaluation on this thread went past the limit (its error may have been absorbed by a
 /// logical operator, as `error || true` is `true` in CEL; past the limit, the whole expression fails).
 pub fn exceeded() -> bool {
-    SPENT.with(|spent| spent.get() > COST_LIMIT)
+    SPENT.with(|spent| spent.get() > cost_limit())
 }
 
 /// One step: `true`, or an error once the limit is passed.
@@ -74,7 +77,7 @@ fn spend(steps: u64) -> Result<(), String> {
     SPENT.with(|spent| {
         let now = spent.get().saturating_add(steps);
         spent.set(now);
-        match now > COST_LIMIT {
+        match now > cost_limit() {
             true => Err(COST_EXCEEDED.to_owned()),
             false => Ok(()),
         }
