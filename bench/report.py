@@ -723,9 +723,8 @@ def webhooks_section(results, w, verdicts, out):
     w("| idle connections | reviews/s | p50 ms | p90 ms | p99 ms | idle reopened |")
     w("|---|---:|---:|---:|---:|---:|")
     for label, run in data["runs"].items():
-        lat = [x * 1000 for x in run["latencies"]]
-        w(f"| {label} | {len(lat) / run['seconds']:.0f} | {pct(lat, 50):.1f} | {pct(lat, 90):.1f} | "
-          f"{pct(lat, 99):.1f} | {run.get('reopened', '')} |")
+        w(f"| {label} | {run['per_second']:.0f} | {run['p50_ms']:.1f} | {run['p90_ms']:.1f} | "
+          f"{run['p99_ms']:.1f} | {run.get('reopened', '')} |")
     w("")
 
 

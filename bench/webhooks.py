@@ -24,6 +24,7 @@ import uuid
 
 from procs import Proc
 from shell_operator import free_port
+from stats import pct
 
 NAME = "bench.samplectl.example.com"
 PATH = "/hooks/bench-samplectl-example-com"
@@ -177,10 +178,12 @@ def webhooks(bench, reviews, clients, idle, log):
                 if held:
                     run["reopened"] = held.reopened
                     held.close()
-            lat = sorted(run["latencies"])
-            log(f"webhooks, {label}: {reviews / run['seconds']:.0f} reviews/s, "
-                f"p50 {lat[len(lat) // 2] * 1000:.1f} ms, p99 {lat[int(len(lat) * 0.99)] * 1000:.1f} ms"
-                + (f", {run['reopened']} idle connections reopened" if held else ""))
+            # Kept as percentiles: thousands of latencies would make most of results.json.
+            lat = [x * 1000 for x in run.pop("latencies")]
+            run.update(count=len(lat), per_second=len(lat) / run["seconds"],
+                       **{f"p{p}_ms": pct(lat, p) for p in (50, 90, 99)})
+            log(f"webhooks, {label}: {run['per_second']:.0f} reviews/s, p50 {run['p50_ms']:.1f} ms, "
+                f"p99 {run['p99_ms']:.1f} ms" + (f", {run['reopened']} idle connections reopened" if held else ""))
             results["runs"][label] = run
         results["rss_mib"] = proc.rss_mib()
         return results
