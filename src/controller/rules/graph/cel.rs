@@ -1,5 +1,7 @@
 //! kro's expressions evaluated in process: CEL with the standard macros, optional values (`a.?b`,
-//! `orValue`), the strings, lists, encoders and math extensions, and kro's own functions: those generated
+//! `orValue`), the strings, lists and encoders extensions, cel-go's `cel.bind` and two-variable
+//! comprehensions (`macros.rs`), as kro's environment has them (no math extension: kro has none), and
+//! kro's own functions: those generated
 //! names depend on (`random.seededString` and `random.seededInt`, byte for byte as kro computes them),
 //! `json.marshal` / `json.unmarshal`, `hash.fnv64a` / `sha256` / `md5` (bytes), maps' `merge` and
 //! `deepMerge` (the argument's entries win), and `omit()` (a template field left out; whether an RGD may
@@ -19,6 +21,7 @@ use sha2::Sha256;
 use super::super::go_json;
 use super::cost;
 use super::expr::{Piece, Template};
+use super::macros;
 
 /// Why an expression has no value.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,10 +43,13 @@ impl std::fmt::Display for Unresolved {
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let mut env = Env::stdlib();
     for extension in
-        [cel::extensions::strings, cel::extensions::lists, cel::extensions::encoders, cel::extensions::math]
+        // kro's environment (pkg/cel/environment.go) has no math extension: `math.greatest` is an
+        // undeclared reference there, and so here.
+        [cel::extensions::strings, cel::extensions::lists, cel::extensions::encoders]
     {
         env.add_extension(extension).expect("the extensions declare distinct functions");
     }
+    super::macros::add(&mut env);
     Arc::new(env)
 });
 
@@ -200,6 +206,9 @@ fn kro_context() -> Context<'static, 'static> {
             })
             .expect(DISTINCT);
     }
+    context.add_function(macros::KEYS, macros::keys).expect(DISTINCT);
+    context.add_function(macros::PAIRS_TO_MAP, macros::pairs_to_map).expect(DISTINCT);
+    context.add_function(macros::ENTRIES_TO_MAP, macros::entries_to_map).expect(DISTINCT);
     context.add_function("omit", || cel::Value::Opaque(Arc::new(Omit))).expect(DISTINCT);
     context
         .add_function("random.seededString", |n: i64, seed: Arc<String>| {
@@ -545,6 +554,8 @@ mod tests {
             "schema.spec.items.all(a, schema.spec.items.all(b, schema.spec.items.all(c, a + b + c >= 0)))",
             "schema.spec.items.exists(a, schema.spec.items.exists(b, schema.spec.items.exists(c, c < 0)))",
             "schema.spec.items.filter(a, schema.spec.items.filter(b, schema.spec.items.exists_one(c, c == a)).size() > 0)",
+            "schema.spec.items.transformList(i, a, schema.spec.items.transformList(j, b, schema.spec.items.all(k, c, c >= 0)))",
+            "schema.spec.items.transformMap(i, a, schema.spec.items.exists(j, b, schema.spec.items.existsOne(k, c, c < 0)))",
             // An error absorbed by `||` still fails the whole expression once the limit is passed.
             "schema.spec.items.map(a, schema.spec.items.map(b, schema.spec.items.map(c, c))).size() > 0 || true",
         ] {
@@ -564,6 +575,69 @@ mod tests {
         assert_eq!(scope.evaluate("[1, 2, 3].all(x, x > 0) && ![1, 2].exists(x, x > 5)").unwrap(), json!(true));
         // CEL's error absorption inside a comprehension, metered or not.
         assert_eq!(scope.evaluate("[0, 1].exists(x, 1 / x > 0)").unwrap(), json!(true));
+    }
+
+    /// cel-go's Bindings and TwoVarComprehensions, which kro enables: the examples of cel-go's own
+    /// documentation of them, with the values it gives.
+    #[test]
+    fn bindings_and_two_variable_comprehensions_give_what_cel_go_gives() {
+        let instance = json!({"spec": {"ports": {"http": 80, "https": 443}, "names": ["a", "b", "a"]}});
+        let scope = Scope::new(vec![("schema", &instance)]);
+        for (expression, expected) in [
+            ("cel.bind(a, 'hello', cel.bind(b, 'world', a + b + b + a))", json!("helloworldworldhello")),
+            ("cel.bind(valid, ['a', 'b'], ['a', 'c'].map(x, x in valid))", json!([true, false])),
+            ("[1, 2, 3].all(i, j, i < j)", json!(true)),
+            ("{'hello': 'world', 'taco': 'taco'}.all(k, v, k != v)", json!(false)),
+            ("{'h': ['hello', 'hi'], 'j': ['joke', 'jog']}.all(k, vals, vals.all(v, v.startsWith(k)))", json!(true)),
+            (
+                "{'greeting': 'hello', 'farewell': 'goodbye'}.exists(k, v, k.startsWith('good') || v.endsWith('bye'))",
+                json!(true),
+            ),
+            ("[1, 2, 4, 8, 16].exists(i, v, v == 1024 && i == 10)", json!(false)),
+            ("[1, 2, 1, 3, 1, 4].existsOne(i, v, i == 1 || v == 1)", json!(false)),
+            ("[1, 1, 2, 2, 3, 3].existsOne(i, v, i == 2 && v == 2)", json!(true)),
+            ("{'i': 0, 'j': 1, 'k': 2}.exists_one(i, v, i == 'l' || v == 1)", json!(true)),
+            ("[1, 2, 3].transformList(indexVar, valueVar, (indexVar * valueVar) + valueVar)", json!([1, 4, 9])),
+            ("[1, 2, 3].transformList(i, v, i % 2 == 0, (i * v) + v)", json!([1, 9])),
+            ("{'greeting': 'hello'}.transformList(k, v, k + '=' + v)", json!(["greeting=hello"])),
+            ("[1, 2, 3].transformMap(i, v, (i * v) + v)", json!({"0": 1, "1": 4, "2": 9})),
+            ("[1, 2, 3].transformMap(i, v, i % 2 == 0, (i * v) + v)", json!({"0": 1, "2": 9})),
+            ("{'greeting': 'hello'}.transformMap(k, v, v + '!')", json!({"greeting": "hello!"})),
+            (
+                "{'greeting': 'hello'}.transformMapEntry(keyVar, valueVar, {valueVar: keyVar})",
+                json!({"hello": "greeting"}),
+            ),
+            ("[1, 2, 3].transformMapEntry(i, v, {string(v): i})", json!({"1": 0, "2": 1, "3": 2})),
+            ("schema.spec.ports.transformMap(name, port, port + 1)", json!({"http": 81, "https": 444})),
+            ("schema.spec.ports.all(name, port, port > 0 && name.startsWith('http'))", json!(true)),
+            ("schema.spec.names.transformList(i, n, i > 0, n + string(i))", json!(["b1", "a2"])),
+            // Nested: each binds its own target and element.
+            ("[[1, 2], [3]].transformList(i, row, row.transformList(j, v, v * 10 + i))", json!([[10, 20], [31]])),
+        ] {
+            assert_eq!(scope.evaluate(expression).unwrap(), expected, "{expression}");
+        }
+        for (expression, words) in [
+            (
+                "{'greeting': 'aloha', 'farewell': 'aloha'}.transformMapEntry(k, v, {v: k})",
+                "insert failed: key aloha already exists",
+            ),
+            ("[1, 2].all(i, i, true)", "duplicate variable name: i"),
+            ("[1, 2].all(i, 1, true)", "argument must be a simple name"),
+            ("[1, 2].all(@result, v, true)", "Syntax error"),
+            ("cel.bind(1, 2, 3)", "cel.bind() variable names must be simple identifiers"),
+            ("'abc'.all(i, v, true)", "two-variable comprehensions take a list or a map"),
+            // Absorbed as cel-go absorbs it: `all` is false once an element is, whatever errors.
+        ] {
+            let why = failure(&scope, expression);
+            assert!(why.contains(words), "{expression}: {why}");
+        }
+        let why = failure(&scope, "math.greatest(1, 2)");
+        assert!(why.contains("Undeclared reference to 'math'"), "kro has no math extension: {why}");
+        assert_eq!(scope.evaluate("[0, 1].all(i, v, 1 / v > 1)").unwrap(), json!(false));
+        assert_eq!(scope.evaluate("[0, 1].exists(i, v, 1 / v == 1)").unwrap(), json!(true));
+        // `bind` on anything but `cel` is not the macro.
+        let why = failure(&scope, "schema.bind(a, 1, a)");
+        assert!(!why.contains("cel.bind"), "{why}");
     }
 
     /// A call whose one result is many times its arguments is refused before it is built, and copies

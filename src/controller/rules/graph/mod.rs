@@ -12,6 +12,7 @@ pub mod dag;
 pub mod expr;
 pub mod instance;
 pub mod label_selector;
+pub mod macros;
 pub mod plural;
 pub mod revision;
 pub mod rgd;
