@@ -90,6 +90,34 @@ pub fn seeded_int(min: i64, max: i64, seed: &str) -> Result<i64, String> {
     Ok(min.wrapping_add((v % range) as i64))
 }
 
+/// A value as kro's `json.unmarshal` gives it: Go's encoding/json decodes every number as a float64,
+/// which cel-go makes a `double`.
+fn doubles(value: &cel::Value) -> cel::Value {
+    match value {
+        cel::Value::Int(i) => cel::Value::Float(*i as f64),
+        cel::Value::UInt(u) => cel::Value::Float(*u as f64),
+        cel::Value::List(items) => cel::Value::List(Arc::new(items.iter().map(doubles).collect())),
+        cel::Value::Map(map) => {
+            cel::Value::Map(Map { map: Arc::new(map.map.iter().map(|(k, v)| (k.clone(), doubles(v))).collect()) })
+        }
+        other => other.clone(),
+    }
+}
+
+/// A value as kro writes it into an object: Go's encoding/json writes a whole float64 without a
+/// fraction (`3`, not `3.0`), which is what an integer field of the API server accepts.
+fn as_go_writes(value: Value) -> Value {
+    match value {
+        Value::Number(n) if n.is_f64() => match n.as_f64() {
+            Some(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.2e18 => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(as_go_writes).collect()),
+        Value::Object(fields) => Value::Object(fields.into_iter().map(|(k, v)| (k, as_go_writes(v))).collect()),
+        other => other,
+    }
+}
+
 /// A JSON value as CEL sees it: whole numbers are `int` (as the API server's integers are), others
 /// `double`.
 pub fn to_cel(value: &Value) -> cel::Value {
@@ -227,7 +255,7 @@ fn kro_context() -> Context<'static, 'static> {
     context
         .add_function("json.unmarshal", |text: Arc<String>| {
             serde_json::from_str::<Value>(&text)
-                .map(|v| to_cel(&v))
+                .map(|v| doubles(&to_cel(&v)))
                 .map_err(|e| ExecutionError::function_error("json.unmarshal", format!("json.unmarshal failed: {e}")))
         })
         .expect(DISTINCT);
@@ -407,7 +435,7 @@ impl Scope<'_> {
         if is_omit(&value) {
             return Err(Unresolved::Failed("omit() can only be used in resource template expressions".into()));
         }
-        value.json().map_err(|e| Unresolved::Failed(e.to_string()))
+        value.json().map(as_go_writes).map_err(|e| Unresolved::Failed(e.to_string()))
     }
 
     /// A template field's value, or `None` when its expression gives `omit()`: the field is left out.
@@ -417,7 +445,7 @@ impl Scope<'_> {
                 let value = self.execute(expression)?;
                 match is_omit(&value) {
                     true => Ok(None),
-                    false => value.json().map(Some).map_err(|e| Unresolved::Failed(e.to_string())),
+                    false => value.json().map(|v| Some(as_go_writes(v))).map_err(|e| Unresolved::Failed(e.to_string())),
                 }
             }
             Template::Joined(_) => self.render(template).map(Some),
@@ -503,6 +531,11 @@ mod tests {
         let instance = json!({"spec": {"labels": {"a": "1", "b": "2"}, "doc": "{\"x\": [1, 2], \"y\": \"<&>\"}"}});
         let scope = Scope::new(vec![("schema", &instance)]);
         assert_eq!(scope.evaluate("json.unmarshal(schema.spec.doc).x[1]").unwrap(), json!(2));
+        // Numbers as Go's encoding/json decodes them into kro's CEL: doubles, written as Go writes a
+        // float64 (a whole one without its fraction, as an integer field takes it).
+        assert_eq!(scope.evaluate("json.unmarshal(schema.spec.doc).x[1] / 4.0").unwrap(), json!(0.5));
+        assert_eq!(scope.evaluate("json.unmarshal(schema.spec.doc).x[1] == 2.0").unwrap(), json!(true));
+        assert_eq!(scope.evaluate("[3.0, 2.5, -0.0, 1e300]").unwrap(), json!([3, 2.5, 0, 1e300]));
         // As Go's encoding/json writes it: keys sorted, HTML characters escaped.
         assert_eq!(
             scope.evaluate("json.marshal(json.unmarshal(schema.spec.doc))").unwrap(),
@@ -547,8 +580,7 @@ mod tests {
         let scope = Scope::new(vec![("schema", &instance)]);
         let why = failure(&scope, "random.seededString(schema.spec.length, 'seed')");
         assert!(why.contains("length must be at most 3145728"), "{why}");
-        // 10⁹ steps of nested maps: stopped at the millionth.
-        let started = std::time::Instant::now();
+        // 10⁹ steps of nested maps: stopped at the millionth (unstopped, the test would not end).
         for expression in [
             "schema.spec.items.map(a, schema.spec.items.map(b, schema.spec.items.map(c, a + b + c)))",
             "schema.spec.items.all(a, schema.spec.items.all(b, schema.spec.items.all(c, a + b + c >= 0)))",
@@ -561,7 +593,6 @@ mod tests {
         ] {
             assert_eq!(failure(&scope, expression), cost::COST_EXCEEDED, "{expression}");
         }
-        assert!(started.elapsed() < std::time::Duration::from_secs(60), "each stopped early");
         // Just under a million in all is within the limit, and the same as unmetered: 998 + 998² steps,
         // and what was built (998 lists of one number, a step each; 998 numbers in a list, 899 steps).
         let under = json!({"spec": {"items": (0..998).collect::<Vec<_>>()}});
@@ -647,7 +678,6 @@ mod tests {
         let text = "x".repeat(1 << 20);
         let instance = json!({"spec": {"text": text, "short": "ab", "items": (0..2000).collect::<Vec<_>>()}});
         let scope = Scope::new(vec![("schema", &instance)]);
-        let started = std::time::Instant::now();
         for (expression, words) in [
             ("schema.spec.text.replace('', schema.spec.text)", "replace's result would be larger than 3 MiB"),
             ("schema.spec.text.replace('x', 'xxxx', 2000000)", "replace's result would be larger than 3 MiB"),
@@ -667,7 +697,6 @@ mod tests {
         ] {
             assert_eq!(failure(&scope, expression), cost::COST_EXCEEDED, "{expression}");
         }
-        assert!(started.elapsed() < std::time::Duration::from_secs(60), "each refused early");
         // The same calls within the bounds give what the environment's own overloads give.
         for (expression, expected) in [
             ("'a-b-c'.replace('-', '+')", json!("a+b+c")),
