@@ -232,7 +232,12 @@ fn walk(value: &Value, path: Path, found: &mut Vec<(Path, Template)>) -> Result<
 
 /// The environment every expression is parsed in: the standard macros and the optional syntax
 /// (`a.?b`, as kro enables it).
-pub static PARSER_ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));
+pub static PARSER_ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| {
+    // With cel-go's macros kro enables: what `cel.bind` and the two-variable forms bind is no reference.
+    let mut env = cel::Env::stdlib();
+    super::macros::add(&mut env);
+    Arc::new(env)
+});
 
 /// cel-go's bound on an expression's length, in code points (`ExpressionSizeCodePointLimit`).
 pub const MAX_EXPRESSION_CHARS: usize = 100_000;
@@ -479,6 +484,13 @@ mod tests {
         let names = identifiers("input.?data.ECHO_VALUE.orValue(\"not found\")").unwrap();
         assert_eq!(names, BTreeSet::from(["input".to_owned()]));
         assert!(identifiers("a +").is_err());
+        // What cel.bind and the two-variable comprehensions bind is theirs, not a resource.
+        let names = identifiers("cel.bind(x, schema.spec.a, x + db.status.host)").unwrap();
+        assert_eq!(names, BTreeSet::from(["db".to_owned(), "schema".to_owned()]));
+        let names = identifiers("schema.spec.ports.transformMap(k, v, k != '', v + svc.spec.port)").unwrap();
+        assert_eq!(names, BTreeSet::from(["schema".to_owned(), "svc".to_owned()]));
+        let names = identifiers("schema.spec.items.all(i, v, v > i)").unwrap();
+        assert_eq!(names, BTreeSet::from(["schema".to_owned()]));
     }
 
     #[test]
