@@ -21,6 +21,7 @@ use sha2::Sha256;
 use super::super::go_json;
 use super::cost;
 use super::expr::{Piece, Template};
+use super::kubernetes;
 use super::macros;
 
 /// Why an expression has no value.
@@ -234,6 +235,19 @@ fn kro_context() -> Context<'static, 'static> {
             })
             .expect(DISTINCT);
     }
+    let k8s: [(&str, kubernetes::Overload); 8] = [
+        ("@k8s.isSorted", kubernetes::is_sorted),
+        ("@k8s.sum", kubernetes::sum),
+        ("@k8s.min", kubernetes::min),
+        ("@k8s.max", kubernetes::max),
+        ("@k8s.indexOf", |args| kubernetes::index_of(args, false, call_member)),
+        ("@k8s.lastIndexOf", |args| kubernetes::index_of(args, true, call_member)),
+        ("@k8s.find", kubernetes::find),
+        ("@k8s.findAll", kubernetes::find_all),
+    ];
+    for (name, function) in k8s {
+        context.add_function(name, move |Arguments(args): Arguments| function(&args)).expect(DISTINCT);
+    }
     context.add_function(macros::KEYS, macros::keys).expect(DISTINCT);
     context.add_function(macros::PAIRS_TO_MAP, macros::pairs_to_map).expect(DISTINCT);
     context.add_function(macros::ENTRIES_TO_MAP, macros::entries_to_map).expect(DISTINCT);
@@ -410,6 +424,7 @@ impl Scope<'_> {
     /// size.
     fn execute(&self, expression: &str) -> Result<cel::Value, Unresolved> {
         let mut program = super::expr::parse(&ENV, expression).map_err(Unresolved::Failed)?;
+        super::kubernetes::rename(&mut program);
         cost::meter(&mut program);
         cost::start();
         let value = cel::Value::resolve(&program, &self.context);
@@ -669,6 +684,55 @@ mod tests {
         // `bind` on anything but `cel` is not the macro.
         let why = failure(&scope, "schema.bind(a, 1, a)");
         assert!(!why.contains("cel.bind"), "{why}");
+    }
+
+    /// The apiserver's Lists and Regex libraries, which kro adds: the apiserver's documented examples,
+    /// and the matches as Go's regexp finds them (printed by Go 1.26 here), empty ones included.
+    #[test]
+    fn kubernetes_lists_and_regex_libraries_give_what_the_apiserver_gives() {
+        let instance = json!({"spec": {"replicas": [3, 1, 2], "names": ["b", "a"]}});
+        let scope = Scope::new(vec![("schema", &instance)]);
+        for (expression, expected) in [
+            ("[1, 2, 3].isSorted()", json!(true)),
+            ("['a', 'b', 'b', 'c'].isSorted()", json!(true)),
+            ("[2.0, 1.0].isSorted()", json!(false)),
+            ("[1].isSorted() && [].isSorted()", json!(true)),
+            ("[1, 3].sum()", json!(4)),
+            ("[1.5, 3.0].sum()", json!(4.5)),
+            ("[duration('1m'), duration('1s')].sum() == duration('61s')", json!(true)),
+            ("[].sum()", json!(0)),
+            ("schema.spec.replicas.min()", json!(1)),
+            ("schema.spec.replicas.max()", json!(3)),
+            ("schema.spec.names.min()", json!("a")),
+            ("[1, 2, 3, 2].indexOf(2)", json!(1)),
+            ("[1, 2, 3, 2].lastIndexOf(2)", json!(3)),
+            ("[1, 2].indexOf(5)", json!(-1)),
+            // A string's indexOf is the strings extension's, as before.
+            ("'abcabc'.indexOf('c')", json!(2)),
+            ("'abcabc'.lastIndexOf('c')", json!(5)),
+            ("'abcabc'.indexOf('c', 3)", json!(5)),
+            ("'123 abc 456'.find('[0-9]*')", json!("123")),
+            ("'abc 123'.find('[0-9]*')", json!("")),
+            ("'abc 123'.find('xyz')", json!("")),
+            ("'123 abc 456'.findAll('[0-9]*')", json!(["123", "", "", "", "", "456"])),
+            ("'abc 123'.findAll('[0-9]*')", json!(["", "", "", "", "123"])),
+            ("'baaac'.findAll('a*')", json!(["", "aaa", ""])),
+            ("'xyz'.findAll('')", json!(["", "", "", ""])),
+            ("'123 abc 456'.findAll('[0-9]*', 1)", json!(["123"])),
+            ("'a1b22c333'.findAll('[0-9]+', 0)", json!([])),
+            ("'héllo'.findAll('.')", json!(["h", "é", "l", "l", "o"])),
+        ] {
+            assert_eq!(scope.evaluate(expression).unwrap(), expected, "{expression}");
+        }
+        for (expression, words) in [
+            ("[].min()", "min called on empty list"),
+            ("[].max()", "max called on empty list"),
+            ("[1, 'a'].isSorted()", "no such overload"),
+            ("'x'.find('(')", "Illegal regex"),
+        ] {
+            let why = failure(&scope, expression);
+            assert!(why.contains(words), "{expression}: {why}");
+        }
     }
 
     /// A call whose one result is many times its arguments is refused before it is built, and copies

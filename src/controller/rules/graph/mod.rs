@@ -11,6 +11,7 @@ pub mod cost;
 pub mod dag;
 pub mod expr;
 pub mod instance;
+pub mod kubernetes;
 pub mod label_selector;
 pub mod macros;
 pub mod plural;
