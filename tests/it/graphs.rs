@@ -401,6 +401,7 @@ fn an_expression_past_the_cost_limit_fails_its_own_instance_only() {
         "2000",
     ]);
     let resource = "graphcosts.graphs.samplectl.test";
+    crate::support::established(&[&format!("crd/{resource}")]);
     let instance = |name: &str, n: usize| {
         json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphCost", "metadata": {"name": name},
                "spec": {"items": (0..n).collect::<Vec<_>>()}})
@@ -428,6 +429,68 @@ fn an_expression_past_the_cost_limit_fails_its_own_instance_only() {
     for instance in ["small", "large"] {
         let unfinalized = r#"{"metadata":{"finalizers":null}}"#;
         kubectl(&["patch", resource, instance, "-n", &ns.0, "--type=merge", "-p", unfinalized]).success();
+    }
+    forget_rgds(&[&name]);
+}
+
+/// A child the API server refuses (422 Invalid) makes its instance ERROR, in kro's words:
+/// `ResourcesReady` False with reason `NotReady` and `resource reconciliation failed: apply results
+/// contain errors: ...`, which `Ready` copies; before, it was IN_PROGRESS with reason ApplyFailed.
+#[test]
+fn a_child_the_api_server_refuses_makes_its_instance_error_in_kros_words() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-refused");
+    let name = "samplectl-it-refused".to_owned();
+    let schema = json!({"apiVersion": "v1alpha1", "kind": "GraphRefused", "group": "graphs.samplectl.test",
+                        "spec": {"key": "string"}});
+    // A label value from the instance: the API server refuses one with spaces.
+    let resources = json!([{"id": "config", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "${schema.metadata.name}-config", "labels": {"key": "${schema.spec.key}"}},
+        "data": {"key": "${schema.spec.key}"}}}]);
+    apply("default", &rgd(&name, &ns.0, schema, resources));
+    let run = follow(&ns);
+    let resource = "graphrefuseds.graphs.samplectl.test";
+    crate::support::established(&[&format!("crd/{resource}")]);
+    let instance = |n: &str, key: &str| {
+        json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphRefused", "metadata": {"name": n},
+               "spec": {"key": key}})
+    };
+    let refused = eventually(SOON, "the refused instance in ERROR", || {
+        let _ = crate::support::try_apply(&ns.0, &instance("refused", "not a valid label!"));
+        let object = get(resource, "refused", Some(&ns.0)).ok_or("no instance")?;
+        match object["status"]["state"] == "ERROR" {
+            true => Ok(object),
+            false => Err(format!("{}\n{}", object["status"], run.stderr())),
+        }
+    });
+    let resources_ready = condition(&refused, "ResourcesReady").expect("ResourcesReady");
+    assert_eq!(resources_ready["status"], "False");
+    assert_eq!(resources_ready["reason"], "NotReady");
+    let message = resources_ready["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("resource reconciliation failed: apply results contain errors: "), "{message}");
+    assert!(message.contains("is invalid") && message.contains("not a valid label!"), "{message}");
+    let ready = condition(&refused, "Ready").expect("Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"], &ready["message"]),
+        (&json!("False"), &json!("NotReady"), &json!(message))
+    );
+    let last = refused["status"]["conditions"].as_array().unwrap().last().unwrap()["type"].clone();
+    assert_eq!(last, "Ready", "Ready last, as kro orders them");
+    // An instance of the same graph whose child is valid runs.
+    let fine = eventually(SOON, "a valid instance ACTIVE", || {
+        let _ = crate::support::try_apply(&ns.0, &instance("fine", "valid"));
+        let object = get(resource, "fine", Some(&ns.0)).ok_or("no instance")?;
+        match object["status"]["state"] == "ACTIVE" {
+            true => Ok(object),
+            false => Err(format!("{}", object["status"])),
+        }
+    });
+    assert_eq!(condition(&fine, "ResourcesReady").unwrap()["status"], "True");
+    drop(run);
+    for n in ["refused", "fine"] {
+        let unfinalized = r#"{"metadata":{"finalizers":null}}"#;
+        kubectl(&["patch", resource, n, "-n", &ns.0, "--type=merge", "-p", unfinalized]).success();
     }
     forget_rgds(&[&name]);
 }

@@ -39,6 +39,7 @@ use serde_json::Value;
 use super::rules::children::{Adoption, ChildKey, Family, Marks, Observed, Update, controlled_by, desired_children};
 use super::rules::decorate::made_by;
 use super::rules::finalizer::{self as finalizer_rules, Facts, Finalizer, Step, gc_finalizing};
+use super::rules::graph::instance as graph_instance;
 use super::rules::next::{Done, FINALIZE_RECHECK, Outcome, outcome};
 use super::rules::selector::ParentSelector;
 use super::rules::shard::Member;
@@ -154,6 +155,11 @@ pub fn uid(object: &DynamicObject) -> String {
 /// A parent's namespace (empty when cluster-scoped) and name.
 fn place(parent: &DynamicObject) -> (String, String) {
     (parent.metadata.namespace.clone().unwrap_or_default(), parent.metadata.name.clone().unwrap_or_default())
+}
+
+/// When an object was made, in RFC 3339 (now for one not stored yet).
+fn created(meta: &ObjectMeta) -> String {
+    meta.creation_timestamp.as_ref().map_or_else(now, |t| t.0.to_string())
 }
 
 /// Now, in RFC 3339 to the second, as conditions are stamped.
@@ -509,14 +515,30 @@ impl Context {
         }
         let has_status = self.definition.family.parent.subresources.iter().any(|s| s == "status");
         let current = parent.data.get("status");
-        let plan = match shape {
-            // kro's status, written whole as the graph decided it.
-            Shape::Graph => StatusPlan::Write { answered: answer.status.clone(), observed_generation: false },
-            _ => status_plan(decorator, has_status, answer.status.clone(), current, applied.problem.is_some()),
+        let (plan, problem) = match (shape, applied.failure.as_ref().map(|f| &f.message), &applied.problem) {
+            // kro's status, written whole as the graph decided it, and kro's when a child could not be
+            // written (an object the API server refused, or one another holds).
+            (Shape::Graph, failure, problem) => {
+                let failed = failure.or(problem.as_ref().map(|p| &p.message));
+                let answered = match failed {
+                    Some(error) => {
+                        let (generation, made) =
+                            (parent.metadata.generation.unwrap_or_default(), created(&parent.metadata));
+                        let failed = |status| graph_instance::apply_failed(status, error, (generation, &made), &now());
+                        answer.status.clone().map(failed)
+                    }
+                    None => answer.status.clone(),
+                };
+                (StatusPlan::Write { answered, observed_generation: false }, None)
+            }
+            (_, _, problem) => (
+                status_plan(decorator, has_status, answer.status.clone(), current, problem.is_some()),
+                problem.as_ref(),
+            ),
         };
         let status = match plan {
             StatusPlan::Write { answered, observed_generation } => {
-                self.write_status(&parent, answered, applied.problem.as_ref(), observed_generation).await
+                self.write_status(&parent, answered, problem, observed_generation).await
             }
             StatusPlan::Keep => Ok((current.cloned().unwrap_or(Value::Null), false)),
         };

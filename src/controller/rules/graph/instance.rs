@@ -581,6 +581,30 @@ fn delete_in_waves(graph: &Graph, children: &[Value], mut conditions: Conditions
     Decision { children: remaining, status, labels, annotations, finalized: children.is_empty() }
 }
 
+/// The status a graph decided, once writing one of its children failed: kro's, whatever the error (a
+/// 422 as much as a timeout; kro does not tell them apart): `ERROR`, and `ResourcesReady` False with
+/// reason `NotReady` and kro's words, `resource reconciliation failed: apply results contain errors:
+/// <error>`, which `Ready` copies. Where the RGD's author's conditions own the list, only the state.
+pub fn apply_failed(status: Value, error: &str, (generation, created): (i64, &str), now: &str) -> Value {
+    let mut status = match status {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    let listed: Vec<super::conditions::Condition> = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .map(|list| list.iter().filter_map(|c| serde_json::from_value(c.clone()).ok()).collect())
+        .unwrap_or_default();
+    if listed.iter().any(|c| c.kind == "ResourcesReady") {
+        let mut conditions = Conditions::read(listed, DEPENDENTS, &[], (generation, false), created, now);
+        let message = format!("resource reconciliation failed: apply results contain errors: {error}");
+        conditions.set_false("ResourcesReady", "NotReady", &message);
+        status.insert("conditions".into(), serde_json::to_value(conditions.into_list()).unwrap_or_default());
+    }
+    status.insert("state".into(), json!("ERROR"));
+    Value::Object(status)
+}
+
 fn status(conditions: Conditions<'_>, state: &str, fields: Map<String, Value>) -> Value {
     let mut status = fields;
     status.insert("conditions".into(), serde_json::to_value(conditions.into_list()).unwrap_or_default());
@@ -752,5 +776,29 @@ mod tests {
             .unwrap()
             .clone();
         assert_eq!(resources["reason"], "ReconciliationSuspended");
+    }
+
+    #[test]
+    fn a_child_that_could_not_be_written_makes_the_instance_error_in_kros_words() {
+        let decided = decide(&graph(), &origin(), &instance(), &[], &HashMap::new(), false, NOW);
+        assert_eq!(decided.status["state"], "IN_PROGRESS");
+        let later = "2026-01-01T00:00:20Z";
+        let status = apply_failed(decided.status, "ConfigMap \"x\" is invalid", (1, NOW), later);
+        assert_eq!(status["state"], "ERROR");
+        let conditions = status["conditions"].as_array().unwrap();
+        let message = "resource reconciliation failed: apply results contain errors: ConfigMap \"x\" is invalid";
+        for kind in ["ResourcesReady", "Ready"] {
+            let c = conditions.iter().find(|c| c["type"] == kind).unwrap();
+            assert_eq!(
+                (&c["status"], &c["reason"], &c["message"]),
+                (&json!("False"), &json!("NotReady"), &json!(message))
+            );
+        }
+        assert_eq!(conditions.last().unwrap()["type"], "Ready");
+        // The author's conditions own the list: only the state says so.
+        let authored = json!({"state": "ACTIVE", "conditions": [{"type": "Ready", "status": "True"}]});
+        let status = apply_failed(authored.clone(), "refused", (1, NOW), later);
+        assert_eq!(status["state"], "ERROR");
+        assert_eq!(status["conditions"], authored["conditions"]);
     }
 }
