@@ -195,6 +195,29 @@ fn is_omit(value: &cel::Value) -> bool {
     matches!(value, cel::Value::Opaque(o) if o.runtime_type_name() == "kro.omit")
 }
 
+/// cel-go's optional library (version 2 and on, as kro's `cel.OptionalTypes()` has it) gives lists
+/// `first()` and `last()`, which the crate's does not: renamed as the Kubernetes libraries are.
+const OPTIONAL_LISTS: [(&str, &str); 2] = [("first", "@optional.first"), ("last", "@optional.last")];
+
+/// `list.first()` (or `last()`, with `last`): the element as an optional value, none for an empty list.
+fn end_of(args: &[cel::Value], last: bool) -> Result<cel::Value, ExecutionError> {
+    static OF: LazyLock<cel::IdedExpr> = LazyLock::new(|| super::expr::parse(&ENV, "optional.of(a0)").expect("CEL"));
+    static NONE: LazyLock<cel::IdedExpr> = LazyLock::new(|| super::expr::parse(&ENV, "optional.none()").expect("CEL"));
+    let function = if last { "last" } else { "first" };
+    let (Some(cel::Value::List(items)), 1) = (args.first(), args.len()) else {
+        return Err(ExecutionError::function_error(function, "no such overload"));
+    };
+    let mut context = Context::with_env(ENV.clone());
+    let end = if last { items.last() } else { items.first() };
+    match end {
+        Some(value) => {
+            context.add_variable_from_value("a0", value.clone());
+            cel::Value::resolve(&OF, &context)
+        }
+        None => cel::Value::resolve(&NONE, &context),
+    }
+}
+
 /// `args[0].function(args[1..])`, as the environment's own overload makes it.
 fn call_member(function: &str, args: &[cel::Value]) -> Result<cel::Value, ExecutionError> {
     use cel::common::ast::{CallExpr, Expr, IdedExpr};
@@ -248,6 +271,8 @@ fn kro_context() -> Context<'static, 'static> {
     for (name, function) in k8s {
         context.add_function(name, move |Arguments(args): Arguments| function(&args)).expect(DISTINCT);
     }
+    context.add_function("@optional.first", |Arguments(args): Arguments| end_of(&args, false)).expect(DISTINCT);
+    context.add_function("@optional.last", |Arguments(args): Arguments| end_of(&args, true)).expect(DISTINCT);
     context.add_function(macros::KEYS, macros::keys).expect(DISTINCT);
     context.add_function(macros::PAIRS_TO_MAP, macros::pairs_to_map).expect(DISTINCT);
     context.add_function(macros::ENTRIES_TO_MAP, macros::entries_to_map).expect(DISTINCT);
@@ -424,7 +449,8 @@ impl Scope<'_> {
     /// size.
     fn execute(&self, expression: &str) -> Result<cel::Value, Unresolved> {
         let mut program = super::expr::parse(&ENV, expression).map_err(Unresolved::Failed)?;
-        super::kubernetes::rename(&mut program);
+        kubernetes::rename(&mut program, &kubernetes::RENAMED);
+        kubernetes::rename(&mut program, &OPTIONAL_LISTS);
         cost::meter(&mut program);
         cost::start();
         let value = cel::Value::resolve(&program, &self.context);
@@ -721,6 +747,12 @@ mod tests {
             ("'123 abc 456'.findAll('[0-9]*', 1)", json!(["123"])),
             ("'a1b22c333'.findAll('[0-9]+', 0)", json!([])),
             ("'héllo'.findAll('.')", json!(["h", "é", "l", "l", "o"])),
+            // cel-go's optional library, version 2: a list's ends as optional values.
+            ("[1, 2, 3].first().value()", json!(1)),
+            ("[1, 2, 3].last().value()", json!(3)),
+            ("[].first().hasValue() || [].last().hasValue()", json!(false)),
+            ("schema.spec.names.last().orValue('none')", json!("a")),
+            ("[].first().orValue('none')", json!("none")),
         ] {
             assert_eq!(scope.evaluate(expression).unwrap(), expected, "{expression}");
         }

@@ -30,15 +30,17 @@ pub const RENAMED: [(&str, &str); 8] = [
     ("findAll", "@k8s.findAll"),
 ];
 
-/// Renames every member call of [`RENAMED`] in `expr`, its target made its first argument.
-pub fn rename(expr: &mut IdedExpr) {
+/// Renames every member call `table` names in `expr` ([`RENAMED`], or another library's), its target
+/// made its first argument.
+pub fn rename(expr: &mut IdedExpr, table: &[(&str, &str)]) {
+    let mut again = |e: &mut IdedExpr| rename(e, table);
     match &mut expr.expr {
         Expr::Call(call) => {
             if let Some(target) = &mut call.target {
-                rename(target);
+                again(target);
             }
-            call.args.iter_mut().for_each(rename);
-            if let Some((_, renamed)) = RENAMED.iter().find(|(name, _)| *name == call.func_name)
+            call.args.iter_mut().for_each(&mut again);
+            if let Some((_, renamed)) = table.iter().find(|(name, _)| *name == call.func_name)
                 && let Some(target) = call.target.take()
             {
                 call.func_name = (*renamed).to_owned();
@@ -47,24 +49,24 @@ pub fn rename(expr: &mut IdedExpr) {
         }
         Expr::Comprehension(c) => {
             for part in [&mut c.iter_range, &mut c.accu_init, &mut c.loop_cond, &mut c.loop_step, &mut c.result] {
-                rename(part);
+                again(part);
             }
         }
-        Expr::List(list) => list.elements.iter_mut().for_each(rename),
-        Expr::Map(map) => map.entries.iter_mut().for_each(|e| entry(&mut e.expr)),
-        Expr::Struct(s) => s.entries.iter_mut().for_each(|e| entry(&mut e.expr)),
-        Expr::Select(select) => rename(&mut select.operand),
+        Expr::List(list) => list.elements.iter_mut().for_each(again),
+        Expr::Map(map) => map.entries.iter_mut().for_each(|e| entry(&mut e.expr, table)),
+        Expr::Struct(s) => s.entries.iter_mut().for_each(|e| entry(&mut e.expr, table)),
+        Expr::Select(select) => again(&mut select.operand),
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
     }
 }
 
-fn entry(entry: &mut EntryExpr) {
+fn entry(entry: &mut EntryExpr, table: &[(&str, &str)]) {
     match entry {
         EntryExpr::MapEntry(e) => {
-            rename(&mut e.key);
-            rename(&mut e.value);
+            rename(&mut e.key, table);
+            rename(&mut e.value, table);
         }
-        EntryExpr::StructField(f) => rename(&mut f.value),
+        EntryExpr::StructField(f) => rename(&mut f.value, table),
     }
 }
 
@@ -203,7 +205,7 @@ mod tests {
     fn renamed_member_calls_take_their_target_first() {
         let env = cel::Env::stdlib();
         let mut expr = env.parser().parse("[3, 1].min() + x.y.indexOf('a') + size([1].map(v, [v].sum()))").unwrap();
-        rename(&mut expr);
+        rename(&mut expr, &RENAMED);
         let shown = format!("{expr:?}");
         for (name, renamed) in [("min", "@k8s.min"), ("indexOf", "@k8s.indexOf"), ("sum", "@k8s.sum")] {
             assert!(shown.contains(&format!("func_name: \"{renamed}\", target: None")), "{renamed}: {shown}");
