@@ -122,6 +122,12 @@ fn usage_mistakes_are_found_before_any_kubeconfig_is_read() {
             "error: --retry-period must be shorter than --renew-deadline",
         ),
         (&["install-crd", "--timeout", "1d"], "error: invalid value '1d' for '--timeout <DURATION>'"),
+        (&["reconcile", "--max-connections", "0"], "error: invalid value '0' for '--max-connections <N>'"),
+        (
+            &["reconcile", "--webhook-runs-in-flight", "0"],
+            "error: invalid value '0' for '--webhook-runs-in-flight <N>'",
+        ),
+        (&["reconcile", "--cel-cost-limit", "0"], "error: invalid value '0' for '--cel-cost-limit <N>'"),
     ];
     let missing = dir.path().join("missing.kubeconfig");
     for kubeconfig in [&missing, &unreachable] {
