@@ -113,4 +113,15 @@ mod tests {
         write(&value, Numbers::Float64, &mut floats);
         assert_eq!(floats, r#"{"a":"\u003c\u0026\u003e\b","b":[1,2.5,1e+21,1e-7,12345678901234567000]}"#);
     }
+
+    #[test]
+    fn floats_read_are_the_nearest_doubles_as_go_reads_them() {
+        // serde_json's default parser may land one ULP off (1.38e-23 read as 1.3799999999999998e-23);
+        // Go's strconv, and so the API server and kubectl, always give the nearest double.
+        for text in ["1.38e-23", "-5.43e-21", "2.2250738585072011e-308", "0.1", "9007199254740993.0"] {
+            let read: f64 = serde_json::from_str(text).unwrap();
+            assert_eq!(read, text.parse::<f64>().unwrap(), "{text}");
+            assert_eq!(encode(&serde_json::from_str(text).unwrap()), encode(&json!(text.parse::<f64>().unwrap())));
+        }
+    }
 }
