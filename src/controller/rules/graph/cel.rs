@@ -119,6 +119,38 @@ fn as_go_writes(value: Value) -> Value {
     }
 }
 
+/// A value as cel-go's `json.encode` (the encoders extension) makes it JSON: proto3's mapping, where an
+/// integer beyond 2^53 is a string, bytes are base64, and a map's keys must be strings. The text is
+/// then Go's `json.Marshal` of it, every number a float64.
+fn json_value(value: &cel::Value) -> Result<Value, String> {
+    const EXACT: i64 = (1 << 53) - 1;
+    Ok(match value {
+        cel::Value::Null => Value::Null,
+        cel::Value::Bool(b) => Value::Bool(*b),
+        cel::Value::Int(i) if (-EXACT..=EXACT).contains(i) => Value::from(*i as f64),
+        cel::Value::Int(i) => Value::String(i.to_string()),
+        cel::Value::UInt(u) if *u <= EXACT as u64 => Value::from(*u as f64),
+        cel::Value::UInt(u) => Value::String(u.to_string()),
+        cel::Value::Float(f) if f.is_finite() => Value::from(*f),
+        cel::Value::Float(f) => return Err(format!("invalid value {f} for JSON")),
+        cel::Value::String(s) => Value::String(s.to_string()),
+        cel::Value::Bytes(b) => {
+            use base64::Engine as _;
+            Value::String(base64::engine::general_purpose::STANDARD.encode(b.as_slice()))
+        }
+        cel::Value::List(items) => Value::Array(items.iter().map(json_value).collect::<Result<_, _>>()?),
+        cel::Value::Map(map) => {
+            let mut fields = serde_json::Map::new();
+            for (key, value) in map.map.iter() {
+                let Key::String(key) = key else { return Err(format!("unsupported map key type for JSON: {key:?}")) };
+                fields.insert(key.to_string(), json_value(value)?);
+            }
+            Value::Object(fields)
+        }
+        other => other.json().map_err(|e| e.to_string())?,
+    })
+}
+
 /// A JSON value as CEL sees it: whole numbers are `int` (as the API server's integers are), others
 /// `double`.
 pub fn to_cel(value: &Value) -> cel::Value {
@@ -178,6 +210,16 @@ impl<'a> Scope<'a> {
         }
         Scope { variables, context }
     }
+
+    /// A scope of CEL values as they are, for the values JSON cannot carry (`uint`, `bytes`,
+    /// timestamps): what the conformance runner (`conformance/runner.rs`) gives the suites' inputs.
+    pub fn typed(values: Vec<(&str, cel::Value)>) -> Scope<'static> {
+        let mut context = kro_context();
+        for (name, value) in values {
+            context.add_variable_from_value(name.to_owned(), value);
+        }
+        Scope { variables: Vec::new(), context }
+    }
 }
 
 /// What `omit()` gives: not a value but the field's absence (kro's `CELOmitFunction`). Accepted only
@@ -193,6 +235,25 @@ impl cel::objects::Opaque for Omit {
 
 fn is_omit(value: &cel::Value) -> bool {
     matches!(value, cel::Value::Opaque(o) if o.runtime_type_name() == "kro.omit")
+}
+
+/// A result as kro's `GoNativeType` takes it to write: an optional value is its value (none is null),
+/// and a value of a library's own type (an IP, a quantity, ...) is refused in kro's words.
+fn native(value: cel::Value) -> Result<cel::Value, Unresolved> {
+    Ok(match value {
+        cel::Value::List(items) => {
+            cel::Value::List(Arc::new(items.iter().cloned().map(native).collect::<Result<_, _>>()?))
+        }
+        cel::Value::Map(map) => {
+            let entries = map.map.iter().map(|(k, v)| native(v.clone()).map(|v| (k.clone(), v)));
+            cel::Value::Map(Map { map: Arc::new(entries.collect::<Result<_, _>>()?) })
+        }
+        cel::Value::Opaque(ref o) if !is_omit(&value) => match <&cel::objects::OptionalValue>::try_from(&value) {
+            Ok(optional) => native(optional.value().cloned().unwrap_or(cel::Value::Null))?,
+            Err(_) => return Err(Unresolved::Failed(format!("unsupported type: {}", o.runtime_type_name()))),
+        },
+        other => other,
+    })
 }
 
 /// cel-go's optional library (version 2 and on, as kro's `cel.OptionalTypes()` has it) gives lists
@@ -218,17 +279,21 @@ fn end_of(args: &[cel::Value], last: bool) -> Result<cel::Value, ExecutionError>
     }
 }
 
-/// `args[0].function(args[1..])`, as the environment's own overload makes it.
-fn call_member(function: &str, args: &[cel::Value]) -> Result<cel::Value, ExecutionError> {
+/// `args[0].function(args[1..])` (or `function(args...)`, not a `member`), as the environment's own
+/// overload makes it.
+fn call_function(function: &str, args: &[cel::Value], member: bool) -> Result<cel::Value, ExecutionError> {
     use cel::common::ast::{CallExpr, Expr, IdedExpr};
     let ident = |i: usize| IdedExpr { id: i as u64 + 2, expr: Expr::Ident(format!("a{i}")) };
-    let Some((_, rest)) = args.split_first() else { return Err(ExecutionError::missing_argument_or_target()) };
+    if member && args.is_empty() {
+        return Err(ExecutionError::missing_argument_or_target());
+    }
+    let first = usize::from(member);
     let call = IdedExpr {
         id: 1,
         expr: Expr::Call(CallExpr {
             func_name: function.to_owned(),
-            target: Some(Box::new(ident(0))),
-            args: (1..=rest.len()).map(ident).collect(),
+            target: member.then(|| Box::new(ident(0))),
+            args: (first..args.len()).map(ident).collect(),
         }),
     };
     let mut context = Context::with_env(ENV.clone());
@@ -254,23 +319,25 @@ fn kro_context() -> Context<'static, 'static> {
         context
             .add_function(reckoned, move |Arguments(args): Arguments| {
                 cost::would_build(function, &args).map_err(|why| ExecutionError::function_error(function, why))?;
-                call_member(function, &args)
+                call_function(function, &args, true)
             })
             .expect(DISTINCT);
     }
-    let k8s: [(&str, kubernetes::Overload); 8] = [
-        ("@k8s.isSorted", kubernetes::is_sorted),
-        ("@k8s.sum", kubernetes::sum),
-        ("@k8s.min", kubernetes::min),
-        ("@k8s.max", kubernetes::max),
-        ("@k8s.indexOf", |args| kubernetes::index_of(args, false, call_member)),
-        ("@k8s.lastIndexOf", |args| kubernetes::index_of(args, true, call_member)),
-        ("@k8s.find", kubernetes::find),
-        ("@k8s.findAll", kubernetes::find_all),
-    ];
-    for (name, function) in k8s {
+    for member in kubernetes::MEMBERS {
+        let function = kubernetes::member(member);
+        context
+            .add_function(&kubernetes::renamed(member), move |Arguments(args): Arguments| function(&args))
+            .expect(DISTINCT);
+    }
+    for (name, function) in kubernetes::GLOBALS {
         context.add_function(name, move |Arguments(args): Arguments| function(&args)).expect(DISTINCT);
     }
+    context
+        .add_function(&kubernetes::renamed("string"), |Arguments(args): Arguments| match &args[..] {
+            [value] => kubernetes::string(value).map_or_else(|| call_function("string", &args, false), Ok),
+            _ => call_function("string", &args, false),
+        })
+        .expect(DISTINCT);
     context.add_function("@optional.first", |Arguments(args): Arguments| end_of(&args, false)).expect(DISTINCT);
     context.add_function("@optional.last", |Arguments(args): Arguments| end_of(&args, true)).expect(DISTINCT);
     context.add_function(macros::KEYS, macros::keys).expect(DISTINCT);
@@ -303,6 +370,14 @@ fn kro_context() -> Context<'static, 'static> {
             value.json().map(|v| cel::Value::String(Arc::new(go_json(&v)))).map_err(|e| {
                 ExecutionError::function_error("json.marshal", format!("json.marshal failed to convert value: {e}"))
             })
+        })
+        .expect(DISTINCT);
+    context
+        .add_function("json.encode", |value: cel::Value| {
+            let json = json_value(&value).map_err(|e| ExecutionError::function_error("json.encode", e))?;
+            let mut text = String::new();
+            crate::go_json::write(&json, crate::go_json::Numbers::Float64, &mut text);
+            Ok::<_, ExecutionError>(cel::Value::String(Arc::new(text)))
         })
         .expect(DISTINCT);
     context
@@ -447,9 +522,9 @@ const DISTINCT: &str = "kro's functions have names of their own";
 impl Scope<'_> {
     /// Parsed (at most the parser's nesting depth), metered (`cost.rs`), evaluated, and checked for
     /// size.
-    fn execute(&self, expression: &str) -> Result<cel::Value, Unresolved> {
+    pub fn value(&self, expression: &str) -> Result<cel::Value, Unresolved> {
         let mut program = super::expr::parse(&ENV, expression).map_err(Unresolved::Failed)?;
-        kubernetes::rename(&mut program, &kubernetes::RENAMED);
+        kubernetes::rename_libraries(&mut program);
         kubernetes::rename(&mut program, &OPTIONAL_LISTS);
         cost::meter(&mut program);
         cost::start();
@@ -472,7 +547,7 @@ impl Scope<'_> {
 
     /// The value of one expression, as JSON.
     pub fn evaluate(&self, expression: &str) -> Result<Value, Unresolved> {
-        let value = self.execute(expression)?;
+        let value = native(self.value(expression)?)?;
         if is_omit(&value) {
             return Err(Unresolved::Failed("omit() can only be used in resource template expressions".into()));
         }
@@ -483,7 +558,7 @@ impl Scope<'_> {
     pub fn render_field(&self, template: &Template) -> Result<Option<Value>, Unresolved> {
         match template {
             Template::Whole(expression) => {
-                let value = self.execute(expression)?;
+                let value = native(self.value(expression)?)?;
                 match is_omit(&value) {
                     true => Ok(None),
                     false => value.json().map(|v| Some(as_go_writes(v))).map_err(|e| Unresolved::Failed(e.to_string())),
@@ -765,6 +840,77 @@ mod tests {
             let why = failure(&scope, expression);
             assert!(why.contains(words), "{expression}: {why}");
         }
+    }
+
+    /// The apiserver's IP, CIDR, Quantity, Semver and URL libraries, which kro adds, as an RGD reads an
+    /// instance's fields with them; each result here is cel-go's (kro v0.9.4's environment, run with
+    /// conformance/reference), as are the refusals.
+    #[test]
+    fn kubernetes_network_quantity_semver_and_url_libraries_give_what_cel_go_gives() {
+        let instance =
+            json!({"spec": {"memory": "1536Mi", "limit": "2Gi", "cidr": "10.0.0.0/16", "version": "v1.29.3"}});
+        let scope = Scope::new(vec![("schema", &instance)]);
+        for (expression, expected) in [
+            ("quantity(schema.spec.memory).isLessThan(quantity(schema.spec.limit))", json!(true)),
+            ("quantity(schema.spec.memory).add(quantity('512Mi')) == quantity(schema.spec.limit)", json!(true)),
+            ("quantity(schema.spec.limit).sub(1).asInteger()", json!(2147483647)),
+            ("quantity('1.5').asApproximateFloat()", json!(1.5)),
+            ("quantity('1000m').isInteger() || quantity('1.5Ki').isInteger()", json!(false)),
+            ("quantity('1k').isInteger() && quantity('1k').asInteger() == 1000", json!(true)),
+            ("quantity('-2').sign()", json!(-1)),
+            ("quantity('1G').compareTo(quantity('1Gi'))", json!(-1)),
+            ("isQuantity('1.5Gi') && !isQuantity('1.5GiB')", json!(true)),
+            ("cidr(schema.spec.cidr).containsIP('10.0.255.1')", json!(true)),
+            ("cidr(schema.spec.cidr).containsCIDR(cidr('10.0.4.0/24'))", json!(true)),
+            ("string(cidr('192.168.0.1/24').masked())", json!("192.168.0.0/24")),
+            ("cidr('192.168.0.1/24').ip() == ip('192.168.0.1')", json!(true)),
+            ("cidr(schema.spec.cidr).prefixLength()", json!(16)),
+            ("ip('2001:DB8::68').family() == 6 && string(ip('2001:DB8::68')) == '2001:db8::68'", json!(true)),
+            ("ip('127.0.0.1').isLoopback() && ip('10.1.2.3').isGlobalUnicast()", json!(true)),
+            ("ip.isCanonical('2001:db8::68') && !ip.isCanonical('2001:DB8::68')", json!(true)),
+            ("isIP('1.2.3') || isCIDR('10.0.0.0/33')", json!(false)),
+            ("string(1) + string(b'x')", json!("1x")),
+            ("semver('1.29.3').isGreaterThan(semver('1.29.3-rc.1'))", json!(true)),
+            ("semver('1.2.3').major() + semver('1.2.3').minor() + semver('1.2.3').patch()", json!(6)),
+            ("semver('1.0.0-alpha.1').compareTo(semver('1.0.0-alpha.beta'))", json!(-1)),
+            ("isSemver(schema.spec.version)", json!(false)),
+            ("url('https://user@example.com:8443/a%20b?x=1&x=2').getQuery()", json!({"x": ["1", "2"]})),
+            ("url('https://example.com:8443/a b').getEscapedPath()", json!("/a%20b")),
+            ("url('https://[::1]:80/').getHostname() + url('https://[::1]:80/').getPort()", json!("::180")),
+            ("url('HTTPS://h/').getScheme() + url('https://h/').getHost()", json!("httpsh")),
+            ("isURL('example.com') || isURL('')", json!(false)),
+            // The strings extension as cel-go has it now: an offset past the end finds nothing.
+            ("'tacocat'.indexOf('a', 30) + 'tacocat'.lastIndexOf('a', 30)", json!(-2)),
+            ("'tacocat'.indexOf('', 30) + '©αT'.lastIndexOf('α')", json!(8)),
+            // The encoders extension's json.encode: Go's encoding of proto3 JSON.
+            (
+                "json.encode({'b': [1, 2.5, true, null], 'a': b'hi', 'c': 9007199254740993})",
+                json!(r#"{"a":"aGk=","b":[1,2.5,true,null],"c":"9007199254740993"}"#),
+            ),
+        ] {
+            assert_eq!(scope.evaluate(expression).unwrap(), expected, "{expression}");
+        }
+        for (expression, words) in [
+            ("quantity('12Mx')", "quantities must match the regular expression"),
+            ("quantity('1.5').asInteger()", "cannot convert value to integer"),
+            ("ip('::ffff:1.2.3.4')", "IPv4-mapped IPv6 address \"::ffff:1.2.3.4\" is not allowed"),
+            ("cidr('10.0.0.0')", "network address parse error during conversion from string"),
+            ("semver('1.2')", "No Major.Minor.Patch elements found"),
+            // kro adds the Semver library at its first version, which has no normalize argument.
+            ("semver('v1.2', true)", "no such overload"),
+            ("url('example.com')", "URL parse error during conversion from string: parse \"example.com\": invalid URI"),
+            ("'abc'.indexOf('a', -1)", "index out of range: -1"),
+            ("json.encode({1: 2})", "unsupported map key type"),
+            ("ip('1.2.3.4').family(1)", "no such overload"),
+            ("quantity('1').isGreaterThan(semver('1.0.0'))", "no such overload"),
+        ] {
+            let why = failure(&scope, expression);
+            assert!(why.contains(words), "{expression}: {why}");
+        }
+        // Writing one of these values into a field fails, as it does in kro (no JSON form); an optional
+        // value is written as its value.
+        assert_eq!(failure(&scope, "[1, {'a': ip('1.2.3.4')}]"), "unsupported type: net.IP");
+        assert_eq!(scope.evaluate("[optional.of(1), optional.none()]").unwrap(), json!([1, null]));
     }
 
     /// A call whose one result is many times its arguments is refused before it is built, and copies

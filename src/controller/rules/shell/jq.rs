@@ -2,11 +2,19 @@
 //! that a filter that does not compile refuses the hook at start-up, then applied to each object. The
 //! result takes shell-operator's shape: no output is `null`, one output is that value, several are an
 //! array of them.
+//!
+//! The object goes in as client-go decodes it for shell-operator (an integer that fits int64 is an
+//! integer, any other number a float64, and an object's keys in order, as Go's maps are iterated by
+//! gojq), and the result comes out as shell-operator writes it (encoding/json: keys sorted, a whole
+//! float64 without a fraction, `<`, `>` and `&` escaped): `1.0` in the object is `1` to the hook, as
+//! there. `scripts/conformance jq` measures the rest against gojq.
 
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
 use jaq_json::Val;
 use serde_json::Value;
+
+use crate::go_json;
 
 type Filter = jaq_core::Filter<data::JustLut<Val>>;
 
@@ -24,7 +32,7 @@ impl std::fmt::Debug for Jq {
 
 impl Jq {
     pub fn compile(text: &str) -> Result<Self, String> {
-        let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
+        let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs()).chain(gojq_defs());
         let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
         let loader = Loader::new(defs);
         let arena = Arena::default();
@@ -42,17 +50,29 @@ impl Jq {
     /// The filter over `input`'s JSON text, as JSON text: `null` for no output, the one output, or an
     /// array of several.
     pub fn apply(&self, input: &[u8]) -> Result<String, String> {
-        let input = jaq_json::read::parse_single(input).map_err(|err| format!("cannot read the object: {err}"))?;
-        let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([environment()]));
-        let mut outputs = Vec::new();
-        for output in self.filter.id.run((ctx, input)).map(unwrap_valr) {
-            outputs.push(output.map_err(|err| format!("jqFilter {:?}: {err}", self.text))?);
-        }
+        let mut outputs = self.run(input)?;
         Ok(match outputs.len() {
             0 => "null".to_owned(),
-            1 => outputs[0].to_string(),
-            _ => format!("[{}]", outputs.iter().map(Val::to_string).collect::<Vec<_>>().join(",")),
+            1 => go_json::encode(&outputs.remove(0)),
+            _ => go_json::encode(&Value::Array(outputs)),
         })
+    }
+
+    fn run(&self, input: &[u8]) -> Result<Vec<Value>, String> {
+        let input: Value = serde_json::from_slice(input).map_err(|err| format!("cannot read the object: {err}"))?;
+        let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([environment()]));
+        let mut outputs = Vec::new();
+        for output in self.filter.id.run((ctx, to_val(&input))).map(unwrap_valr) {
+            let output = output.map_err(|err| format!("jqFilter {:?}: {err}", self.text))?;
+            outputs.push(from_val(&output).map_err(|err| format!("jqFilter {:?}: {err}", self.text))?);
+        }
+        Ok(outputs)
+    }
+
+    /// Each of the filter's outputs over one JSON input, as shell-operator writes each (the conformance
+    /// runner compares them with gojq's one by one).
+    pub fn outputs(&self, input: &[u8]) -> Result<Vec<String>, String> {
+        Ok(self.run(input)?.iter().map(go_json::encode).collect())
     }
 
     /// `apply` on a value, back as a value.
@@ -62,14 +82,61 @@ impl Jq {
     }
 }
 
-/// `$ENV`, as gojq gives it: the process's environment as an object.
+/// A decoded object as jaq's value: integers that fit int64 stay integers, every other number is a
+/// float64, as client-go decodes them.
+fn to_val(value: &Value) -> Val {
+    match value {
+        Value::Null => Val::Null,
+        Value::Bool(b) => Val::Bool(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Val::from(i as isize),
+            None => Val::from(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => Val::from(s.clone()),
+        Value::Array(items) => items.iter().map(to_val).collect(),
+        Value::Object(fields) => Val::obj(fields.iter().map(|(k, v)| (Val::from(k.clone()), to_val(v))).collect()),
+    }
+}
+
+/// An output as the JSON encoding/json writes: what is not JSON (NaN, infinities, a key that is not a
+/// string) is refused in its words.
+fn from_val(value: &Val) -> Result<Value, String> {
+    use jaq_json::Num;
+    let float = |f: f64| {
+        serde_json::Number::from_f64(f).map(Value::Number).ok_or_else(|| format!("json: unsupported value: {f}"))
+    };
+    Ok(match value {
+        Val::Null => Value::Null,
+        Val::Bool(b) => Value::Bool(*b),
+        Val::Num(Num::Int(i)) => Value::from(*i as i64),
+        Val::Num(Num::Float(f)) => float(*f)?,
+        // A number beyond int64 (gojq's big.Int) or a literal kept as written: as a float64.
+        Val::Num(other) => float(other.to_string().parse::<f64>().map_err(|e| e.to_string())?)?,
+        Val::TStr(b) | Val::BStr(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
+        Val::Arr(items) => Value::Array(items.iter().map(from_val).collect::<Result<_, _>>()?),
+        Val::Obj(fields) => {
+            let mut object = serde_json::Map::new();
+            for (k, v) in fields.iter() {
+                let key = match k {
+                    Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => return Err(format!("json: unsupported object key {other}")),
+                };
+                object.insert(key, from_val(v)?);
+            }
+            Value::Object(object)
+        }
+    })
+}
+
+/// gojq's definitions where jaq's differ (gojq.jq), loaded after jaq's.
+fn gojq_defs() -> impl Iterator<Item = jaq_core::load::parse::Def<&'static str>> {
+    jaq_core::load::parse(include_str!("gojq.jq"), |p| p.defs()).expect("gojq.jq parses").into_iter()
+}
+
+/// `$ENV` (and `env`), as shell-operator's gojq gives it: an empty object, since it compiles filters
+/// without an environment loader. The engine's own environment, its tokens included, stays its own.
 fn environment() -> Val {
-    static ENV: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let text = ENV.get_or_init(|| {
-        let vars: serde_json::Map<String, Value> = std::env::vars().map(|(k, v)| (k, Value::String(v))).collect();
-        Value::Object(vars).to_string()
-    });
-    jaq_json::read::parse_single(text.as_bytes()).unwrap_or_default()
+    Val::obj(jaq_json::Map::default())
 }
 
 /// Where the text stops making sense, and what was expected there.
@@ -121,7 +188,37 @@ mod tests {
         assert_eq!(jq("empty"), Value::Null);
         assert_eq!(jq(".missing"), Value::Null);
         assert_eq!(jq("{name: .metadata.name, n: (.spec.items | length)}"), json!({"name": "a", "n": 2}));
-        assert_eq!(jq("$ENV.PATH | type"), json!("string"));
+        assert_eq!(jq("[$ENV, env, $ENV.PATH]"), json!([{}, {}, null]));
+        // gojq's join and range, where jaq's differ.
+        assert_eq!(jq("[null, 1, true, \"a\"] | join(\",\")"), json!(",1,true,a"));
+        assert_eq!(jq("[] | join(\",\")"), json!(""));
+        assert_eq!(jq("[range(0; 10; 0)]"), json!([]));
+        assert_eq!(jq("[range(0; 10; 3)]"), json!([0, 3, 6, 9]));
+        // Updates through null and past an array's end, as a JQPatch writes labels onto an object that
+        // has none (vendor/jaq-json).
+        assert_eq!(
+            jq(".metadata.labels.team = \"a\" | .spec.items[3] = 9 | .metadata"),
+            json!({"name": "a", "labels": {"x": "1", "team": "a"}})
+        );
+        assert_eq!(
+            jq(".status.conditions[1].type = \"Ready\" | .status"),
+            json!({"conditions": [null, {"type": "Ready"}]})
+        );
+        assert_eq!(jq(".spec.items[5] = 0 | .spec.items"), json!([1, 2, null, null, null, 0]));
+        assert_eq!(jq("del(.spec.items[7]) | .spec.items"), json!([1, 2]));
+    }
+
+    /// What shell-operator hands a hook: its gojq result written by encoding/json (checked with
+    /// conformance/reference, which runs shell-operator's filter code).
+    #[test]
+    fn results_are_written_as_shell_operator_writes_them() {
+        let object = br#"{"spec": {"b": 1.0, "a": "<&>", "big": 1e21, "n": 12345678901234567890, "f": 0.5}}"#;
+        let jq = |text: &str| Jq::compile(text).unwrap().apply(object).unwrap();
+        assert_eq!(jq(".spec"), r#"{"a":"\u003c\u0026\u003e","b":1,"big":1e+21,"f":0.5,"n":12345678901234567000}"#);
+        assert_eq!(jq("[.spec.b, .spec.f * 4, 1 / 3]"), "[1,2,0.3333333333333333]");
+        assert_eq!(jq(".spec | keys"), r#"["a","b","big","f","n"]"#);
+        let nan = Jq::compile("nan").unwrap().apply(object).unwrap_err();
+        assert!(nan.contains("json: unsupported value: NaN"), "{nan}");
     }
 
     #[test]
