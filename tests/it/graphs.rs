@@ -433,6 +433,65 @@ fn an_expression_past_the_cost_limit_fails_its_own_instance_only() {
     forget_rgds(&[&name]);
 }
 
+/// The API server's CEL libraries that kro adds (Quantity, CIDR, IP, URL, Semver) in an RGD: accepted,
+/// and computed into a child as kro computes them; a value that is not a quantity fails that instance
+/// in the library's words, and the other one runs on.
+#[test]
+fn an_rgd_computes_with_the_kubernetes_cel_libraries() {
+    let _cluster = crate::support::shared();
+    install_kro();
+    let ns = Namespace::new("rgd-libraries");
+    let name = "samplectl-it-libraries".to_owned();
+    let schema = json!({"apiVersion": "v1alpha1", "kind": "GraphLibraries", "group": "graphs.samplectl.test",
+        "spec": {"memory": "string", "limit": "string", "cidr": "string", "endpoint": "string", "version": "string"}});
+    let resources = json!([{"id": "config", "template": {"apiVersion": "v1", "kind": "ConfigMap",
+    "metadata": {"name": "${schema.metadata.name}-config"},
+    "data": {
+        "fits": "${string(quantity(schema.spec.memory).isLessThan(quantity(schema.spec.limit)))}",
+        "headroom": "${string(quantity(schema.spec.limit).sub(quantity(schema.spec.memory)).asInteger())}",
+        "gateway": "${string(cidr(schema.spec.cidr).masked().ip())}",
+        "internal": "${string(cidr(schema.spec.cidr).containsIP('10.0.3.4'))}",
+        "host": "${url(schema.spec.endpoint).getHostname()}",
+        "port": "${url(schema.spec.endpoint).getPort()}",
+        "canonical": "${string(ip.isCanonical('2001:db8::68'))}",
+        "newer": "${string(semver(schema.spec.version).isGreaterThan(semver('1.29.0')))}"
+    }}}]);
+    apply("default", &rgd(&name, &ns.0, schema, resources));
+    let run = follow(&ns);
+    let resource = "graphlibraries.graphs.samplectl.test";
+    crate::support::established(&[&format!("crd/{resource}")]);
+    let instance = |name: &str, memory: &str| {
+        json!({"apiVersion": "graphs.samplectl.test/v1alpha1", "kind": "GraphLibraries", "metadata": {"name": name},
+               "spec": {"memory": memory, "limit": "2Gi", "cidr": "10.0.1.7/16",
+                        "endpoint": "https://api.example.com:8443/v1", "version": "1.30.2"}})
+    };
+    let config = eventually(SOON, "the instance's ConfigMap", || {
+        let _ = crate::support::try_apply(&ns.0, &instance("good", "1536Mi"));
+        get("configmap", "good-config", Some(&ns.0)).ok_or_else(|| run.stderr())
+    });
+    // Each value as kro v0.9.4's cel-go gives it (conformance/reference evaluates the same expressions).
+    assert_eq!(
+        config["data"],
+        json!({"fits": "true", "headroom": "536870912", "gateway": "10.0.0.0", "internal": "true",
+               "host": "api.example.com", "port": "8443", "canonical": "true", "newer": "true"})
+    );
+    let failed = eventually(SOON, "the bad instance's conditions", || {
+        let _ = crate::support::try_apply(&ns.0, &instance("bad", "lots"));
+        let object = get(resource, "bad", Some(&ns.0)).ok_or("no instance")?;
+        match object["status"]["conditions"].to_string().contains("quantities must match the regular expression") {
+            true => Ok(object),
+            false => Err(format!("{}\n{}", object["status"], run.stderr())),
+        }
+    });
+    assert_ne!(failed["status"]["state"], "ACTIVE", "{}", failed["status"]);
+    assert!(get("configmap", "bad-config", Some(&ns.0)).is_none(), "nothing made for the bad instance");
+    let good = get(resource, "good", Some(&ns.0)).unwrap();
+    assert_eq!(good["status"]["state"], "ACTIVE", "the other instance runs on: {}", good["status"]);
+    drop(run);
+    forget_instances(resource, &ns.0, &["good", "bad"]);
+    forget_rgds(&[&name]);
+}
+
 /// A child the API server refuses (422 Invalid) makes its instance ERROR, in kro's words:
 /// `ResourcesReady` False with reason `NotReady` and `resource reconciliation failed: apply results
 /// contain errors: ...`, which `Ready` copies; before, it was IN_PROGRESS with reason ApplyFailed.

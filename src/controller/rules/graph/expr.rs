@@ -324,7 +324,7 @@ fn fits_the_parser(expression: &str) -> Result<(), String> {
 /// Library namespaces a call may be made through (`random.seededString(...)`), not identifiers.
 const NAMESPACES: &[&str] = &[
     "random", "json", "hash", "base64", "lists", "strings", "math", "optional", "sets", "url", "net", "quantity",
-    "runtime",
+    "runtime", "ip",
 ];
 
 /// The free identifiers `expression` reads (those no comprehension binds), or the parse error.
@@ -479,6 +479,8 @@ mod tests {
     fn identifiers_leave_out_what_comprehensions_bind_and_library_namespaces() {
         let names = identifiers("schema.spec.items.map(x, x + svc.spec.clusterIP)").unwrap();
         assert_eq!(names, BTreeSet::from(["schema".to_owned(), "svc".to_owned()]));
+        // `ip.isCanonical` is the IP library's, not a resource named `ip`.
+        assert_eq!(identifiers("ip.isCanonical(schema.spec.a)").unwrap(), BTreeSet::from(["schema".to_owned()]));
         let names = identifiers("random.seededString(10, schema.metadata.uid)").unwrap();
         assert_eq!(names, BTreeSet::from(["schema".to_owned()]));
         let names = identifiers("input.?data.ECHO_VALUE.orValue(\"not found\")").unwrap();

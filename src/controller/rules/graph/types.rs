@@ -421,7 +421,8 @@ fn function(name: &str, namespace: Option<&str>, target: Option<Ty>, args: Vec<T
     match (namespace, name) {
         (Some("random"), "seededString") => Ty::String,
         (Some("random"), "seededInt") => Ty::Int,
-        (Some("hash"), _) | (Some("json"), "marshal") | (Some("base64"), "encode") => Ty::String,
+        (Some("hash"), _) | (Some("json"), "marshal" | "encode") | (Some("base64"), "encode") => Ty::String,
+        (Some("ip"), "isCanonical") => Ty::Bool,
         (Some("base64"), "decode") => Ty::Bytes,
         (Some("math"), "greatest" | "least") => same(args),
         (Some("math"), "ceil" | "floor" | "round" | "trunc" | "sqrt") => Ty::Double,
