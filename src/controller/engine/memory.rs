@@ -61,11 +61,17 @@ pub struct Memory {
     /// left, so that a driver's copy from before the release is not written from (`handover`).
     pub(super) released: Mutex<HashMap<String, String>>,
     /// The resourceVersion this process's last write to each parent left (its status, labels and
-    /// annotations, finalizer), until a driver's copy as new arrives (`behind_own_write`).
-    own_writes: Mutex<HashMap<String, String>>,
+    /// annotations, finalizer), until a driver's copy as new arrives (`behind_own_write`), and whether a
+    /// reconcile was put off until then.
+    own_writes: Mutex<HashMap<String, OwnWrite>>,
     /// The failure last logged for each parent, and when: the same failure again is not worth a warning
     /// at every retry (a Secret that is wrong stays wrong until someone fixes it).
     said: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+struct OwnWrite {
+    version: String,
+    put_off: bool,
 }
 
 /// A failure that keeps coming is said again after this long, so that it does not go quiet for ever.
@@ -88,7 +94,8 @@ impl Memory {
     /// A write of this process to the parent with `uid` left it at `version`.
     pub(super) fn wrote(&self, uid: &str, version: Option<&str>) {
         if let Some(version) = version {
-            self.own_writes.lock().unwrap_or_else(|e| e.into_inner()).insert(uid.to_owned(), version.to_owned());
+            let write = OwnWrite { version: version.to_owned(), put_off: false };
+            self.own_writes.lock().unwrap_or_else(|e| e.into_inner()).insert(uid.to_owned(), write);
         }
     }
 
@@ -97,21 +104,30 @@ impl Memory {
     /// from the copy is wrong without a sign of it: a status the copy already shows is not written,
     /// though the write changed it since, and the event of a status-only change (the write itself)
     /// triggers nothing when status changes are ignored. A copy as new as the write, or newer, ends
-    /// the memory.
-    pub(super) fn behind_own_write(&self, uid: &str, version: Option<&str>) -> bool {
+    /// the memory. `put_off`: a behind copy's reconcile is put off until the copy that ends the memory
+    /// arrives, which `seen` then says is due.
+    pub(super) fn behind_own_write(&self, uid: &str, version: Option<&str>, put_off: bool) -> bool {
         let mut own = self.own_writes.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(written) = own.get(uid) else { return false };
-        let behind = read_before(version, written);
-        if !behind {
-            own.remove(uid);
+        let Some(written) = own.get_mut(uid) else { return false };
+        let behind = read_before(version, &written.version);
+        match behind {
+            true => written.put_off |= put_off,
+            false => drop(own.remove(uid)),
         }
         behind
     }
 
     /// A driver saw the parent with `uid` at `version`: the memory of this process's last write to it
     /// ends if this is as new (it is kept only while a copy from before the write may still come).
-    pub fn seen(&self, uid: &str, version: Option<&str>) {
-        self.behind_own_write(uid, version);
+    /// True when a reconcile was put off for this copy: it is due now, even if the copy's only change is
+    /// the write's own status, which a driver ignoring status changes would not trigger on. Else it
+    /// waited for its retry (200 ms), as a kro instance's next wave did after each status it wrote.
+    pub fn seen(&self, uid: &str, version: Option<&str>) -> bool {
+        let mut own = self.own_writes.lock().unwrap_or_else(|e| e.into_inner());
+        match own.get(uid) {
+            Some(written) if !read_before(version, &written.version) => own.remove(uid).is_some_and(|w| w.put_off),
+            _ => false,
+        }
     }
 
     /// Whether the failure `text` of the parent with `uid` is worth a warning: not when it is the one
@@ -191,20 +207,35 @@ mod tests {
     #[test]
     fn a_copy_older_than_the_own_last_write_is_behind_until_one_as_new_arrives() {
         let memory = Memory::new(Related::new(Version::V1));
-        assert!(!memory.behind_own_write("a", Some("5")), "nothing written");
+        assert!(!memory.behind_own_write("a", Some("5"), false), "nothing written");
         memory.wrote("a", Some("12"));
-        assert!(memory.behind_own_write("a", Some("11")), "read before the write");
-        assert!(memory.behind_own_write("a", Some("9")), "compared as numbers");
-        assert!(!memory.behind_own_write("a", Some("12")), "the write itself");
-        assert!(!memory.behind_own_write("a", Some("11")), "the memory ended with it");
+        assert!(memory.behind_own_write("a", Some("11"), false), "read before the write");
+        assert!(memory.behind_own_write("a", Some("9"), false), "compared as numbers");
+        assert!(!memory.behind_own_write("a", Some("12"), false), "the write itself");
+        assert!(!memory.behind_own_write("a", Some("11"), false), "the memory ended with it");
         memory.wrote("b", Some("7"));
         memory.forget("b");
-        assert!(!memory.behind_own_write("b", Some("6")), "forgotten with the parent");
+        assert!(!memory.behind_own_write("b", Some("6"), false), "forgotten with the parent");
         memory.wrote("c", Some("20"));
-        memory.seen("c", Some("19"));
-        assert!(memory.behind_own_write("c", Some("19")), "an older copy seen ends nothing");
-        memory.seen("c", Some("21"));
+        assert!(!memory.seen("c", Some("19")), "an older copy seen ends nothing");
+        assert!(memory.behind_own_write("c", Some("19"), false));
+        assert!(!memory.seen("c", Some("21")), "no reconcile waited for it");
         assert!(memory.own_writes.lock().unwrap().is_empty(), "a newer one seen ends the memory");
+    }
+
+    #[test]
+    fn a_reconcile_put_off_for_the_own_write_is_due_when_the_write_is_seen() {
+        let memory = Memory::new(Related::new(Version::V1));
+        memory.wrote("a", Some("12"));
+        assert!(memory.behind_own_write("a", Some("11"), true), "put off");
+        assert!(!memory.seen("a", Some("11")), "the same old copy again");
+        assert!(memory.seen("a", Some("12")), "the write's own copy: due now");
+        assert!(!memory.seen("a", Some("13")), "once");
+        // A new write starts over: what was put off before it was reconciled by it.
+        memory.wrote("b", Some("5"));
+        assert!(memory.behind_own_write("b", Some("4"), true));
+        memory.wrote("b", Some("6"));
+        assert!(!memory.seen("b", Some("6")));
     }
 
     #[test]

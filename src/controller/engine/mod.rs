@@ -170,8 +170,9 @@ pub fn now() -> String {
 /// When a parent another context of this member is reconciling is looked at again.
 const CLAIMED_RETRY: Duration = Duration::from_millis(200);
 
-/// When a parent whose copy was read before this process's own last write to it is looked at again: a
-/// watch event or a tick later, the driver holds the write.
+/// When a parent whose copy was read before this process's own last write to it is looked at again, at
+/// the latest: the watch driver brings it back as soon as its copy of the write arrives
+/// (`Memory::seen`); this is for a copy that never comes (a poll driver's tick, a lost event).
 const CAUGHT_UP_RETRY: Duration = Duration::from_millis(200);
 
 fn ignored(resync_after: Option<Duration>) -> Done {
@@ -341,7 +342,7 @@ impl Context {
         }
         // Decided from a copy that predates this process's own last write, a reconcile would undo or
         // miss what that write changed: looked at again once the driver has caught up.
-        if self.memory.behind_own_write(&uid(parent), parent.metadata.resource_version.as_deref()) {
+        if self.memory.behind_own_write(&uid(parent), parent.metadata.resource_version.as_deref(), true) {
             return Ok(ignored(Some(CAUGHT_UP_RETRY)));
         }
         // One reconcile of a parent at a time in a member, whichever of its contexts holds it.

@@ -209,7 +209,8 @@ impl Watch {
         let parents = triggers(events, move |seen| match seen {
             Seen::Applied(parent) => {
                 let at = place(&parent.metadata);
-                ctx.memory().seen(
+                // A reconcile put off until this copy of its own write arrived is due, status or not.
+                let due = ctx.memory().seen(
                     parent.metadata.uid.as_deref().unwrap_or_default(),
                     parent.metadata.resource_version.as_deref(),
                 );
@@ -219,7 +220,7 @@ impl Watch {
                 let unchanged = ignore_status && {
                     let now = print(&parent);
                     prints.insert(at.clone(), now) == Some(now)
-                };
+                } && !due;
                 match unchanged {
                     true => Vec::new(),
                     false => vec![at],
