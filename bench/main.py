@@ -38,7 +38,7 @@ PROFILES = {
         "sharding": {"size": 20000, "members": [1, 2, 4]},
         "failover": {"sizes": [20000, 100000]},
         "fleet_ring": {"controllers": 10, "per_controller": 1000, "members": [1, 2, 4], "probes": 100},
-        "kro": {"count": 30, "size": 1000, "window": 60, "few": 20, "big_crds": 200},
+        "kro": {"count": 200, "size": 1000, "window": 60, "few": 20, "big_crds": 200},
         "shell_operator": {"count": 100, "size": 100000},
         "webhooks": {"reviews": 4000, "clients": 8, "idle": 1000},
     },
