@@ -220,8 +220,8 @@ impl Watch {
                 let unchanged = ignore_status && {
                     let now = print(&parent);
                     prints.insert(at.clone(), now) == Some(now)
-                } && !due;
-                match unchanged {
+                };
+                match unchanged && !due {
                     true => Vec::new(),
                     false => vec![at],
                 }
