@@ -18,6 +18,7 @@ mod hooks;
 mod hung_requests;
 mod in_cluster;
 mod install_crd;
+mod kro_states;
 mod list;
 mod local_cluster;
 mod reconcile;

@@ -5,7 +5,7 @@
 //! out is an engine `Definition` for the instances, with the graph as its sync. An RGD being deleted
 //! loses its finalizer and runs nothing; its CRD and instances stay, as kro leaves them by default.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -282,6 +282,7 @@ async fn run(
     let mut children: Vec<Resolved> = Vec::new();
     let mut external = Vec::new();
     let mut cluster_scoped = BTreeSet::new();
+    let mut plurals = BTreeMap::new();
     let mut read_types = Vec::new();
     for node in &graph.nodes {
         let resolved = match resolve_kind(&conn.client, &node.api_version, &node.kind).await {
@@ -304,6 +305,7 @@ async fn run(
         if !resolved.namespaced {
             cluster_scoped.insert((resolved.ar.api_version.clone(), resolved.ar.kind.clone()));
         }
+        plurals.insert((resolved.ar.api_version.clone(), resolved.ar.kind.clone()), resolved.ar.plural.clone());
         read_types.push((node.id.clone(), resolved.ar.api_version.clone(), resolved.ar.kind.clone()));
         match &node.source {
             Source::Template(_) => {
@@ -373,7 +375,7 @@ async fn run(
         conditions.set_false("ControllerReady", "FailedToStart", &why);
         return Err(why);
     }
-    let origin = Origin { rgd_name: name.clone(), rgd_uid: uid, version: version_label(), cluster_scoped };
+    let origin = Origin { rgd_name: name.clone(), rgd_uid: uid, version: version_label(), cluster_scoped, plurals };
     let definition = Definition {
         name: name.clone(),
         family,

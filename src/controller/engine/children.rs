@@ -14,6 +14,7 @@ use super::request::{Failed, bounded};
 use super::{Applied, Context, failure, key, place, uid};
 use crate::controller::rules::child_write::{ChildWrite, look_again, next_write, owned_as_applied};
 use crate::controller::rules::children::{ChildKey, Observed, Update, conflict_message, controlled_by};
+use crate::controller::rules::graph::applyset as graph_applyset;
 use crate::controller::rules::selector::LabelSelector;
 use crate::controller::rules::status::Readiness;
 use crate::controller::sync::Syncer;
@@ -102,6 +103,7 @@ impl Context {
                     };
                     applied.problem =
                         Some(Readiness::not_ready("ApplyFailed", format!("cannot write {kind} {name}: {message}")));
+                    applied.refusal.get_or_insert(failed.go_message());
                     applied.failure.get_or_insert(super::ReconcileError { object: object.clone(), action, message });
                 }
             }
@@ -194,7 +196,9 @@ impl Context {
                 ChildWrite::Leave => return left(adopted),
                 ChildWrite::Refuse => {
                     let existing = seen.as_ref().expect("a refusal is of an object");
-                    let why = conflict_message(&existing.metadata, key, kind, parent, &self.definition.family);
+                    let why = graph_applyset::conflict(&existing.metadata, desired).unwrap_or_else(|| {
+                        conflict_message(&existing.metadata, key, kind, parent, &self.definition.family)
+                    });
                     return Ok(ChildOutcome::Conflict(why));
                 }
                 ChildWrite::Adopt(patch) => {

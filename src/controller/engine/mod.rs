@@ -80,6 +80,9 @@ struct Applied {
     conflicts: HashSet<ChildKey>,
     /// The first failure, which fails the reconcile once the status has said what it could.
     failure: Option<ReconcileError>,
+    /// The first failure as Go's client says it (the API server's message alone): what kro's conditions
+    /// quote.
+    refusal: Option<String>,
 }
 
 /// One controller: its name, the parent and child types, what syncs a parent, its finalizer, which
@@ -516,11 +519,11 @@ impl Context {
         }
         let has_status = self.definition.family.parent.subresources.iter().any(|s| s == "status");
         let current = parent.data.get("status");
-        let (plan, problem) = match (shape, applied.failure.as_ref().map(|f| &f.message), &applied.problem) {
+        let (plan, problem) = match (shape, applied.refusal.as_ref(), &applied.problem) {
             // kro's status, written whole as the graph decided it, and kro's when a child could not be
             // written (an object the API server refused, or one another holds).
-            (Shape::Graph, failure, problem) => {
-                let failed = failure.or(problem.as_ref().map(|p| &p.message));
+            (Shape::Graph, refusal, problem) => {
+                let failed = refusal.or(problem.as_ref().map(|p| &p.message));
                 let answered = match failed {
                     Some(error) => {
                         let (generation, made) =

@@ -145,6 +145,14 @@ impl Failed {
         }
     }
 
+    /// As Go's client words it: what the API server said, without kubectl's `Error from server` frame.
+    pub fn go_message(&self) -> String {
+        match self {
+            Failed::Api(kube::Error::Api(status)) => status.message.clone(),
+            other => other.message(),
+        }
+    }
+
     pub fn message(&self) -> String {
         match self {
             Failed::Api(err) => crate::error::describe(err),

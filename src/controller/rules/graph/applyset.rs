@@ -31,6 +31,31 @@ pub fn id(name: &str, namespace: &str, kind: &str, group: &str) -> String {
     format!("applyset-{}-v1", digest(&[name, namespace, kind, group].join(".")))
 }
 
+/// Why an object of a child's name cannot be the child, in kro's words, when the object says it is
+/// part of another ApplySet than the one `desired` (a graph's child) names; `None` otherwise.
+pub fn conflict(
+    existing: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    desired: &Value,
+) -> Option<String> {
+    let wanted = desired["metadata"]["labels"][PART_OF_LABEL].as_str()?;
+    let current = existing.labels.as_ref()?.get(PART_OF_LABEL).filter(|c| !c.is_empty() && *c != wanted)?;
+    // Go's GroupVersionKind.String(): `group/version, Kind=Kind`, the group empty for the core one.
+    let api_version = desired["apiVersion"].as_str().unwrap_or_default();
+    let gvk = match api_version.contains('/') {
+        true => format!("{api_version}, Kind={}", desired["kind"].as_str().unwrap_or_default()),
+        false => format!("/{api_version}, Kind={}", desired["kind"].as_str().unwrap_or_default()),
+    };
+    let name = existing.name.as_deref().unwrap_or_default();
+    let place = match existing.namespace.as_deref().filter(|n| !n.is_empty()) {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => name.to_owned(),
+    };
+    Some(format!(
+        "resource belongs to a different ApplySet: {place} ({gvk}) belongs to ApplySet {current:?}, cannot reassign to \
+         {wanted:?}"
+    ))
+}
+
 /// What an instance's children span: `Kind` (core) or `Kind.group`, and the namespaces other than
 /// the instance's own.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -82,6 +107,29 @@ impl Inventory {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_object_of_another_applyset_is_refused_in_kros_words() {
+        let existing: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta = serde_json::from_value(
+            serde_json::json!({"name": "web", "namespace": "team", "labels": {PART_OF_LABEL: "applyset-other-v1"}}),
+        )
+        .unwrap();
+        let desired = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                         "metadata": {"labels": {PART_OF_LABEL: "applyset-mine-v1"}}});
+        assert_eq!(
+            conflict(&existing, &desired).unwrap(),
+            "resource belongs to a different ApplySet: team/web (/v1, Kind=ConfigMap) belongs to ApplySet \
+             \"applyset-other-v1\", cannot reassign to \"applyset-mine-v1\""
+        );
+        let apps = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                                      "metadata": {"labels": {PART_OF_LABEL: "applyset-mine-v1"}}});
+        assert!(conflict(&existing, &apps).unwrap().contains("(apps/v1, Kind=Deployment)"));
+        // Of no ApplySet, or of this one: not kro's conflict.
+        let unlabelled = serde_json::from_value(serde_json::json!({"name": "web"})).unwrap();
+        assert_eq!(conflict(&unlabelled, &desired), None);
+        let mine = serde_json::json!({"metadata": {"labels": {PART_OF_LABEL: "applyset-other-v1"}}});
+        assert_eq!(conflict(&existing, &mine), None);
+    }
     use super::*;
     use serde_json::json;
 

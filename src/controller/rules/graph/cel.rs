@@ -195,6 +195,19 @@ fn pending(err: &ExecutionError) -> bool {
         || ["no such key", "no such field", "no such attribute", "index out of bounds"].iter().any(|s| text.contains(s))
 }
 
+/// A failure at run time in cel-go's words, where kro shows them to users (an instance's conditions
+/// quote them): the arithmetic errors as cel-go's interpreter names them, others as the crate does.
+fn go_words(err: &ExecutionError) -> String {
+    match err {
+        ExecutionError::NoSuchKey(key) => format!("no such key: {key}"),
+        ExecutionError::DivisionByZero(_) => "division by zero".to_owned(),
+        ExecutionError::RemainderByZero(_) => "modulus by zero".to_owned(),
+        ExecutionError::Overflow(_, cel::Value::UInt(_), _) => "unsigned integer overflow".to_owned(),
+        ExecutionError::Overflow(..) => "integer overflow".to_owned(),
+        other => other.to_string(),
+    }
+}
+
 /// The variables an expression may read (`schema`, the instance, and each resource observed, by id),
 /// made into CEL values once for all the expressions evaluated with them.
 pub struct Scope<'a> {
@@ -533,8 +546,8 @@ impl Scope<'_> {
             return Err(Unresolved::Failed(cost::COST_EXCEEDED.to_owned()));
         }
         let value = value.map_err(|e| match pending(&e) {
-            true => Unresolved::Pending(e.to_string()),
-            false => Unresolved::Failed(e.to_string()),
+            true => Unresolved::Pending(go_words(&e)),
+            false => Unresolved::Failed(go_words(&e)),
         })?;
         if cost::larger_than(&value, cost::MAX_VALUE_BYTES) {
             return Err(Unresolved::Failed(format!(

@@ -31,6 +31,9 @@ pub struct Origin {
     pub rgd_uid: String,
     pub version: String,
     pub cluster_scoped: BTreeSet<(String, String)>,
+    /// The resource (plural) serving each kind (apiVersion, kind), as discovery says: kro names a
+    /// resource waiting for data by it.
+    pub plurals: BTreeMap<(String, String), String>,
 }
 
 impl Origin {
@@ -38,6 +41,17 @@ impl Origin {
     /// graph's instances stay kro's to take back.
     fn tooling(&self) -> String {
         format!("kro/{}", self.version)
+    }
+
+    /// How Go prints the resource serving `node`'s kind (`GroupVersionResource.String()`), as kro's
+    /// words for a resource waiting for data begin.
+    fn gvr(&self, node: &Node) -> String {
+        let key = (node.api_version.clone(), node.kind.clone());
+        let plural = self.plurals.get(&key).cloned().unwrap_or_default();
+        match node.api_version.split_once('/') {
+            Some((group, version)) => format!("gvr \"{group}/{version}, Resource={plural}\""),
+            None => format!("gvr \"/{}, Resource={plural}\"", node.api_version),
+        }
     }
 
     fn namespaced(&self, object: &Value) -> bool {
@@ -64,18 +78,27 @@ pub struct Decision {
     pub finalized: bool,
 }
 
-/// Where one resource of the graph stands.
+/// Where one resource of the graph stands, as kro's node states have it; the texts are the errors kro
+/// records, which its conditions quote.
 #[derive(Debug, Clone, PartialEq)]
 enum NodeState {
     /// Exists and is ready.
     Synced,
     /// Left out by includeWhen (or because a resource it reads is).
     Skipped,
-    /// Rendered and written, not ready yet; or waiting for data.
-    InProgress(String),
-    /// Waiting for a resource it reads.
+    /// Waiting for data (kro's "data pending"): a resource it reads not ready, a field not there yet.
+    Pending(String),
+    /// Rendered, to be written now: kro says the cluster mutated, and looks again.
+    Created,
+    /// Waiting, with what kro records on the node: a readyWhen false, an external reference not found.
     Waiting(String),
+    /// Failed, with what kro records on the node: a readyWhen that cannot be evaluated.
     Error(String),
+    /// Failed before anything is written (an expression that cannot be evaluated): kro stops its walk
+    /// at this resource and writes no child.
+    Abort(String),
+    /// Its child is being deleted: kro stops its walk at this resource and writes no child.
+    Deleting(String),
 }
 
 fn is_suspended(instance: &Value) -> bool {
@@ -182,11 +205,11 @@ pub fn decide(
     let current = current.into_iter().filter_map(|c| serde_json::from_value(c).ok()).collect();
     let mut conditions = Conditions::read(current, DEPENDENTS, &[], (generation, deleting), created, now);
     let labels = instance_labels(graph, instance, origin);
-    conditions.set_true("InstanceManaged", "Managed", "instance is properly managed with finalizers and labels");
-
+    // While deleting, kro sets only ResourcesReady; the others stay as they were, in their places.
     if deleting {
         return delete_in_waves(graph, children, conditions);
     }
+    conditions.set_true("InstanceManaged", "Managed", "instance is properly managed with finalizers and labels");
     conditions.set_true("GraphResolved", "Resolved", "runtime graph created and all resources resolved");
     if is_suspended(instance) {
         conditions.set_false(
@@ -195,7 +218,8 @@ pub fn decide(
             &format!("reconciliation suspended via {RECONCILE_ANNOTATION} annotation"),
         );
         let kept_children: Vec<Value> = children.iter().map(kept).collect();
-        let status = status(conditions, "IN_PROGRESS", Map::new());
+        // kro walks no resource, and a state computed over none is ACTIVE: what kro writes.
+        let status = status(conditions, "ACTIVE", Map::new());
         let annotations = inventory(graph, instance, origin, &kept_children, children);
         return Decision { children: kept_children, status, labels, annotations, finalized: false };
     }
@@ -204,6 +228,8 @@ pub fn decide(
     let mut values: HashMap<String, Value> = HashMap::new();
     let mut states: BTreeMap<String, NodeState> = BTreeMap::new();
     let mut desired = Vec::new();
+    let mut walked = Vec::new();
+    let mut stopped = None;
     for id in &graph.order {
         let node = graph.node(id).expect("the order names the graph's nodes");
         let (state, value) =
@@ -211,37 +237,55 @@ pub fn decide(
         if let Some(value) = value {
             values.insert(id.clone(), value);
         }
+        walked.push(id.clone());
+        if let NodeState::Abort(_) | NodeState::Deleting(_) = state {
+            stopped = Some(state.clone());
+            states.insert(id.clone(), state);
+            break;
+        }
         states.insert(id.clone(), state);
     }
-
-    let errors: Vec<String> = states
+    if stopped.is_some() {
+        // As kro: nothing is written when its walk stops, and nothing pruned.
+        desired = children.iter().map(kept).collect();
+    }
+    let ordered: Vec<&NodeState> = walked.iter().filter_map(|id| states.get(id)).collect();
+    let state = if ordered.iter().any(|s| matches!(s, NodeState::Error(_) | NodeState::Abort(_))) {
+        "ERROR"
+    } else if ordered.iter().all(|s| matches!(s, NodeState::Synced | NodeState::Skipped)) {
+        "ACTIVE"
+    } else {
+        "IN_PROGRESS"
+    };
+    // kro's message, by what stopped or held up its reconcile first: the walk stopped; errors recorded on
+    // resources (joined); data pending; children written; else all ready.
+    let recorded: Vec<&str> = ordered
         .iter()
-        .filter_map(|(id, s)| if let NodeState::Error(e) = s { Some(format!("{id}: {e}")) } else { None })
-        .collect();
-    let waiting: Vec<String> = states
-        .iter()
-        .filter_map(|(id, s)| match s {
-            NodeState::InProgress(why) | NodeState::Waiting(why) => Some(format!("{id}: {why}")),
+        .filter_map(|s| match s {
+            NodeState::Waiting(e) | NodeState::Error(e) => Some(e.as_str()),
             _ => None,
         })
         .collect();
-    let state = match (errors.is_empty(), waiting.is_empty()) {
-        (false, _) => {
-            conditions.set_false("ResourcesReady", "NotReady", &format!("resource error: {}", errors.join("; ")));
-            "ERROR"
+    let pending = ordered.iter().find_map(|s| match s {
+        NodeState::Pending(e) => Some(e.as_str()),
+        _ => None,
+    });
+    let failed = |why: &str| format!("resource reconciliation failed: {why}");
+    match (&stopped, recorded.is_empty(), pending) {
+        (Some(NodeState::Deleting(why)), ..) => conditions.set_false("ResourcesReady", "ResourceDeleting", why),
+        (Some(NodeState::Abort(why)), ..) => conditions.set_false("ResourcesReady", "NotReady", &failed(why)),
+        (_, false, _) => {
+            let why = format!("apply results contain errors: {}", recorded.join("\n"));
+            conditions.set_false("ResourcesReady", "NotReady", &failed(&why))
         }
-        (true, false) => {
-            conditions.set_false(
-                "ResourcesReady",
-                "NotReady",
-                &format!("awaiting resource readiness: {}", waiting.join("; ")),
-            );
-            "IN_PROGRESS"
+        (_, true, Some(why)) => {
+            let why = format!("waiting for unresolved resource: {why}");
+            conditions.set_false("ResourcesReady", "NotReady", &failed(&why))
         }
-        (true, true) => {
-            conditions.set_true("ResourcesReady", "AllResourcesReady", "all resources are created and ready");
-            "ACTIVE"
+        _ if ordered.iter().any(|s| matches!(s, NodeState::Created)) => {
+            conditions.set_false("ResourcesReady", "NotReady", &failed("cluster mutated"))
         }
+        _ => conditions.set_true("ResourcesReady", "AllResourcesReady", "all resources are created and ready"),
     };
 
     // The RGD's own status fields, from the instance and what was observed; one whose data is not
@@ -386,7 +430,18 @@ fn walk_node(
             Some(NodeState::Synced) => {}
             _ => {
                 keep_observed(desired);
-                return (NodeState::Waiting(format!("waiting for {dependency}")), None);
+                let readiness = match states.get(dependency) {
+                    Some(NodeState::Waiting(why)) => {
+                        why.strip_prefix(&format!("waiting for node {dependency:?}: ")).unwrap_or(why).to_owned()
+                    }
+                    _ => format!("node {dependency:?}: no observed state: waiting for readiness"),
+                };
+                let why = format!(
+                    "{}: node {:?}: dependent node {dependency:?} not ready: {readiness} (data pending)",
+                    origin.gvr(node),
+                    node.id
+                );
+                return (NodeState::Pending(why), None);
             }
         }
     }
@@ -397,15 +452,17 @@ fn walk_node(
         match scope.evaluate(condition) {
             Ok(Value::Bool(true)) => {}
             Ok(Value::Bool(false)) => return (NodeState::Skipped, None),
-            Ok(other) => {
-                return (NodeState::Error(format!("includeWhen {condition:?} returned {other}, not a bool")), None);
+            Ok(_) => {
+                let why = format!("includeWhen {condition:?}: expression {condition:?} did not return bool");
+                return (NodeState::Abort(why), None);
             }
             Err(Unresolved::Pending(why)) => {
                 keep_observed(desired);
-                return (NodeState::Waiting(why), None);
+                let why = format!("{}: includeWhen {condition:?}: {why} (data pending)", origin.gvr(node));
+                return (NodeState::Pending(why), None);
             }
             Err(Unresolved::Failed(why)) => {
-                return (NodeState::Error(format!("includeWhen {condition:?}: {why}")), None);
+                return (NodeState::Abort(format!("includeWhen {condition:?}: {why}")), None);
             }
         }
     }
@@ -416,7 +473,10 @@ fn walk_node(
                 Some(_) => Value::Array(found),
                 None => match found.into_iter().next() {
                     Some(object) => object,
-                    None => return (NodeState::Waiting(format!("external reference {} not found", node.id)), None),
+                    None => {
+                        let why = format!("waiting for external reference {:?}: not found", node.id);
+                        return (NodeState::Waiting(why), None);
+                    }
                 },
             };
             (ready(&node.id, node, &value), Some(value))
@@ -431,23 +491,37 @@ fn walk_node(
                 match scope.render_field(expression) {
                     Ok(Some(value)) => path.set(&mut body, value),
                     Ok(None) => omitted.push(path),
-                    Err(Unresolved::Pending(why)) => {
+                    Err(unresolved) => {
                         keep_observed(desired);
-                        return (NodeState::InProgress(why), None);
-                    }
-                    Err(Unresolved::Failed(why)) => {
-                        keep_observed(desired);
-                        return (NodeState::Error(format!("{path}: {why}")), None);
+                        return (unrendered(origin, node, &scope, expression, unresolved), None);
                     }
                 }
             }
             Path::remove_all(omitted, &mut body);
             mark(&mut body, graph, instance, node, origin, None);
             let name = body["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-            desired.push(body);
             match observed.iter().find(|o| o["metadata"]["name"].as_str() == Some(name.as_str())) {
-                Some(object) => (ready(&node.id, node, object), Some((*object).clone())),
-                None => (NodeState::InProgress("not created yet".into()), None),
+                Some(object) if !object["metadata"]["deletionTimestamp"].is_null() => {
+                    let meta = &object["metadata"];
+                    let place = match meta["namespace"].as_str().filter(|n| !n.is_empty()) {
+                        Some(namespace) => format!("{namespace}/{name}"),
+                        None => name.clone(),
+                    };
+                    let why = format!(
+                        "resource {place:?} for node {:?} is currently being deleted; waiting for deletion to complete \
+                         before continuing reconciliation",
+                        node.id
+                    );
+                    (NodeState::Deleting(why), None)
+                }
+                Some(object) => {
+                    desired.push(body);
+                    (ready(&node.id, node, object), Some((*object).clone()))
+                }
+                None => {
+                    desired.push(body);
+                    (NodeState::Created, None)
+                }
             }
         }
     }
@@ -468,19 +542,62 @@ fn mark(body: &mut Value, graph: &Graph, instance: &Value, node: &Node, origin: 
     meta["annotations"][APPLY_ORDER_ANNOTATION] = json!(wave.to_string());
 }
 
-/// Whether an observed resource passes its readyWhen (each one with the resource bound to its id).
+/// Whether an observed resource passes its readyWhen (each one with the resource bound to its id), in
+/// kro's words when not.
 fn ready(id: &str, node: &Node, value: &Value) -> NodeState {
     let scope = Scope::new(vec![(id, value)]);
+    let name = &node.id;
     for condition in &node.ready_when {
+        let cannot =
+            |why: &str| format!("node {name:?}: failed to evaluate readyWhen expression: {condition:?} ({why})");
         match scope.evaluate(condition) {
             Ok(Value::Bool(true)) => {}
-            Ok(Value::Bool(false)) => return NodeState::InProgress(format!("readyWhen {condition:?} is false")),
-            Ok(other) => return NodeState::Error(format!("readyWhen {condition:?} returned {other}, not a bool")),
-            Err(Unresolved::Pending(why)) => return NodeState::InProgress(why),
-            Err(Unresolved::Failed(why)) => return NodeState::Error(format!("readyWhen {condition:?}: {why}")),
+            Ok(Value::Bool(false)) => {
+                let why = format!("readyWhen condition evaluated to false: {condition:?} (waiting for readiness)");
+                return NodeState::Waiting(format!("waiting for node {name:?}: {why}"));
+            }
+            Ok(_) => return NodeState::Error(cannot(&format!("expression {condition:?} did not return bool"))),
+            Err(Unresolved::Pending(_)) => {
+                return NodeState::Waiting(format!("waiting for node {name:?}: {}", cannot("waiting for readiness")));
+            }
+            Err(Unresolved::Failed(why)) => return NodeState::Error(cannot(&why)),
         }
     }
     NodeState::Synced
+}
+
+/// A template field that could not be rendered, in kro's words: waiting for data, or failed (which
+/// stops kro's walk).
+fn unrendered(
+    origin: &Origin,
+    node: &Node,
+    scope: &Scope,
+    template: &super::expr::Template,
+    unresolved: Unresolved,
+) -> NodeState {
+    let failing = failing_expression(scope, template);
+    match unresolved {
+        Unresolved::Pending(why) => NodeState::Pending(format!(
+            "{}: node {:?}: failed to evaluate expression: eval {failing:?}: {why} (data pending)",
+            origin.gvr(node),
+            node.id
+        )),
+        Unresolved::Failed(why) => NodeState::Abort(format!("node {:?}: eval {failing:?}: {why}", node.id)),
+    }
+}
+
+/// The expression of a template that fails, as kro names it (without `${}`).
+fn failing_expression(scope: &Scope, template: &super::expr::Template) -> String {
+    match template {
+        super::expr::Template::Whole(expression) => expression.clone(),
+        super::expr::Template::Joined(pieces) => pieces
+            .iter()
+            .find_map(|piece| match piece {
+                super::expr::Piece::Expression(e) if scope.evaluate(e).is_err() => Some(e.clone()),
+                _ => None,
+            })
+            .unwrap_or_default(),
+    }
 }
 
 /// A forEach resource: one child per combination of its dimensions' items.
@@ -499,12 +616,16 @@ fn collection(
     for (iterator, expression) in &node.for_each {
         match scope.evaluate(expression) {
             Ok(Value::Array(items)) => dimensions.push((iterator, items)),
-            Ok(other) => return (NodeState::Error(format!("forEach {iterator:?} returned {other}, not a list")), None),
+            Ok(_) => {
+                let why = format!("forEach {iterator:?}: expression {expression:?} did not return a list");
+                return (NodeState::Abort(why), None);
+            }
             Err(Unresolved::Pending(why)) => {
                 desired.extend(observed.iter().map(|o| kept(o)));
-                return (NodeState::Waiting(why), None);
+                let why = format!("{}: forEach {iterator:?}: {why} (data pending)", origin.gvr(node));
+                return (NodeState::Pending(why), None);
             }
-            Err(Unresolved::Failed(why)) => return (NodeState::Error(format!("forEach {iterator:?}: {why}")), None),
+            Err(Unresolved::Failed(why)) => return (NodeState::Abort(format!("forEach {iterator:?}: {why}")), None),
         }
     }
     let mut combinations: Vec<Vec<&Value>> = vec![Vec::new()];
@@ -515,8 +636,12 @@ fn collection(
             .collect();
     }
     if combinations.len() > super::rgd::MAX_COLLECTION {
-        let why = format!("forEach makes {} items, more than {}", combinations.len(), super::rgd::MAX_COLLECTION);
-        return (NodeState::Error(why), None);
+        let why = format!(
+            "collection size of {} is over the maximum collection size of {}",
+            combinations.len(),
+            super::rgd::MAX_COLLECTION
+        );
+        return (NodeState::Abort(why), None);
     }
     let size = combinations.len();
     let mut names = Vec::with_capacity(size);
@@ -530,11 +655,10 @@ fn collection(
             match item_scope.render_field(expression) {
                 Ok(Some(value)) => path.set(&mut body, value),
                 Ok(None) => omitted.push(path),
-                Err(Unresolved::Pending(why)) => {
+                Err(unresolved) => {
                     desired.extend(observed.iter().map(|o| kept(o)));
-                    return (NodeState::InProgress(why), None);
+                    return (unrendered(origin, node, &item_scope, expression, unresolved), None);
                 }
-                Err(Unresolved::Failed(why)) => return (NodeState::Error(format!("{path}: {why}")), None),
             }
         }
         Path::remove_all(omitted, &mut body);
@@ -548,12 +672,12 @@ fn collection(
         .map(|o| (*o).clone())
         .collect();
     if items.len() != size {
-        let why = format!("{} of {size} items exist", items.len());
-        return (NodeState::InProgress(why), Some(Value::Array(items)));
+        return (NodeState::Created, Some(Value::Array(items)));
     }
     for item in &items {
-        if let NodeState::InProgress(why) | NodeState::Error(why) = ready("each", node, item) {
-            return (NodeState::InProgress(why), Some(Value::Array(items)));
+        match ready("each", node, item) {
+            NodeState::Synced => {}
+            not_ready => return (not_ready, Some(Value::Array(items))),
         }
     }
     (NodeState::Synced, Some(Value::Array(items)))
@@ -625,6 +749,7 @@ mod tests {
             rgd_uid: "rgd-uid".into(),
             version: "samplectl-test".into(),
             cluster_scoped: BTreeSet::new(),
+            plurals: BTreeMap::new(),
         }
     }
 
@@ -657,6 +782,84 @@ mod tests {
             .iter()
             .map(|c| (c["kind"].as_str().unwrap().to_owned(), c["metadata"]["name"].as_str().unwrap().to_owned()))
             .collect()
+    }
+
+    fn resources_ready(decision: &Decision) -> (String, String) {
+        let list = decision.status["conditions"].as_array().unwrap();
+        let c = list.iter().find(|c| c["type"] == "ResourcesReady").unwrap();
+        (c["reason"].as_str().unwrap().to_owned(), c["message"].as_str().unwrap().to_owned())
+    }
+
+    fn deployment(available: i64, deleting: bool) -> Value {
+        let mut object = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "demo", "namespace": "ns", "labels": {NODE_ID_LABEL: "deployment"}},
+            "spec": {"replicas": 2}, "status": {"availableReplicas": available}});
+        if deleting {
+            object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:05Z");
+        }
+        object
+    }
+
+    #[test]
+    fn a_readiness_not_met_is_recorded_on_its_resource_in_kros_words() {
+        let decision = decide(&graph(), &origin(), &instance(), &[deployment(1, false)], &HashMap::new(), false, NOW);
+        assert_eq!(decision.status["state"], "IN_PROGRESS");
+        let (reason, message) = resources_ready(&decision);
+        assert_eq!(reason, "NotReady");
+        assert_eq!(
+            message,
+            "resource reconciliation failed: apply results contain errors: waiting for node \"deployment\": readyWhen \
+             condition evaluated to false: \"deployment.status.availableReplicas == deployment.spec.replicas\" \
+             (waiting for readiness)"
+        );
+    }
+
+    #[test]
+    fn a_child_being_deleted_stops_the_walk_and_nothing_is_written() {
+        let children = [deployment(2, true)];
+        let decision = decide(&graph(), &origin(), &instance(), &children, &HashMap::new(), false, NOW);
+        assert_eq!(decision.status["state"], "IN_PROGRESS");
+        let (reason, message) = resources_ready(&decision);
+        assert_eq!(reason, "ResourceDeleting");
+        assert!(message.starts_with("resource \"ns/demo\" for node \"deployment\" is currently being deleted"));
+        // Kept as observed (without its status), and the service that reads it not rendered.
+        assert_eq!(kinds(&decision), [("Deployment".into(), "demo".into())]);
+        assert!(decision.children[0].get("status").is_none());
+    }
+
+    #[test]
+    fn an_expression_that_fails_makes_the_instance_error_and_writes_nothing() {
+        let divided = build(&json!({
+            "metadata": {"name": "web"},
+            "spec": {"schema": {"apiVersion": "v1alpha1", "kind": "WebApp", "spec": {"replicas": "integer | default=1"}},
+                     "resources": [
+                        {"id": "deployment", "template": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                      "metadata": {"name": "${schema.metadata.name}"},
+                                      "spec": {"replicas": "${10 / schema.spec.replicas}"}}},
+                     ]}
+        }))
+        .unwrap();
+        let mut zero = instance();
+        zero["spec"]["replicas"] = json!(0);
+        let children = [deployment(2, false)];
+        let decision = decide(&divided, &origin(), &zero, &children, &HashMap::new(), false, NOW);
+        assert_eq!(decision.status["state"], "ERROR");
+        let (_, message) = resources_ready(&decision);
+        assert_eq!(
+            message,
+            "resource reconciliation failed: node \"deployment\": eval \"10 / schema.spec.replicas\": division by zero"
+        );
+        assert_eq!(decision.children.len(), 1);
+        assert_eq!(decision.children[0]["spec"]["replicas"], 2, "the child is left as it is");
+    }
+
+    #[test]
+    fn a_suspended_instance_is_active_as_kro_writes_it() {
+        let mut suspended = instance();
+        suspended["metadata"]["annotations"] = json!({RECONCILE_ANNOTATION: "suspended"});
+        let decision = decide(&graph(), &origin(), &suspended, &[], &HashMap::new(), false, NOW);
+        assert_eq!(decision.status["state"], "ACTIVE");
+        assert_eq!(resources_ready(&decision).0, "ReconciliationSuspended");
     }
 
     #[test]
