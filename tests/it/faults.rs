@@ -205,8 +205,10 @@ fn a_burst_of_samples_across_an_apiserver_restart_loses_none() {
         Some(i) => format!("value-{}", i.parse::<usize>().unwrap()),
         None => "value-first".to_owned(),
     };
+    // What is asserted is that none is lost, not how fast: idle, both drivers are done within a minute
+    // of the burst; on a loaded machine the poll driver was seen still writing the last of them at 120 s.
     for (ns, controller) in &runs {
-        eventually(Duration::from_secs(120), &format!("{} converged", ns.0), || {
+        eventually(Duration::from_secs(300), &format!("{} converged", ns.0), || {
             converged(&ns.0, expected, N + 1).map_err(|e| format!("{e}\n{}", tail(&controller.stderr(), 30)))
         });
     }
