@@ -210,6 +210,7 @@ fn go_words(err: &ExecutionError) -> String {
         },
         ExecutionError::NoSuchOverload(_)
         | ExecutionError::UnsupportedBinaryOperator(..)
+        | ExecutionError::UnsupportedUnaryOperator(..)
         | ExecutionError::ValuesNotComparable(..) => "no such overload".to_owned(),
         ExecutionError::IndexOutOfBounds(cel::Value::Int(index)) => format!("index out of bounds: {index}"),
         ExecutionError::NoSuchKey(key) => format!("no such key: {key}"),
