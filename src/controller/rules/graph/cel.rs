@@ -196,9 +196,24 @@ fn pending(err: &ExecutionError) -> bool {
 }
 
 /// A failure at run time in cel-go's words, where kro shows them to users (an instance's conditions
-/// quote them): the arithmetic errors as cel-go's interpreter names them, others as the crate does.
+/// quote them): checked against kro's environment on cel-go (`conformance/reference`) for arithmetic,
+/// conversions, missing keys and indexes, operators without an overload, and a function's own error
+/// (which cel-go gives as it is, without the crate's "Error executing function" frame).
 fn go_words(err: &ExecutionError) -> String {
     match err {
+        ExecutionError::FunctionError { function, message } => match function.as_str() {
+            "int" | "uint" | "double" if message.starts_with("string parse error") => {
+                format!("type conversion error from 'string' to '{function}'")
+            }
+            "duration" => "type conversion error from 'string' to 'google.protobuf.Duration'".to_owned(),
+            _ => message.clone(),
+        },
+        // Not NoSuchOverload: the crate names the function and its argument types there, which says
+        // more than cel-go's bare words and is what users of the type checker's message already read.
+        ExecutionError::UnsupportedBinaryOperator(..) | ExecutionError::ValuesNotComparable(..) => {
+            "no such overload".to_owned()
+        }
+        ExecutionError::IndexOutOfBounds(cel::Value::Int(index)) => format!("index out of bounds: {index}"),
         ExecutionError::NoSuchKey(key) => format!("no such key: {key}"),
         ExecutionError::DivisionByZero(_) => "division by zero".to_owned(),
         ExecutionError::RemainderByZero(_) => "modulus by zero".to_owned(),
@@ -612,6 +627,26 @@ impl Scope<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn failures_at_run_time_are_in_cel_gos_words() {
+        let scope = Scope::new(vec![]);
+        let failed = |e: &str| match scope.evaluate(e) {
+            Err(Unresolved::Failed(why)) => why,
+            other => panic!("{e}: {other:?}"),
+        };
+        // Each as kro's environment on cel-go v0.31 says it.
+        assert_eq!(failed("10 / 0"), "division by zero");
+        assert_eq!(failed("10 % 0"), "modulus by zero");
+        assert_eq!(failed("9223372036854775807 + 1"), "integer overflow");
+        assert_eq!(failed("int('abc')"), "type conversion error from 'string' to 'int'");
+        assert_eq!(failed("uint(-1)"), "unsigned integer overflow");
+        assert_eq!(failed("dyn(1) + dyn('a')"), "no such overload");
+        assert_eq!(failed("'abc'.substring(5)"), "index out of range: 5");
+        // Data not there yet waits, in cel-go's words too.
+        let Err(Unresolved::Pending(why)) = scope.evaluate("{'a': 1}['b']") else { panic!() };
+        assert_eq!(why, "no such key: b");
+    }
 
     #[test]
     fn seeded_values_are_kros() {
