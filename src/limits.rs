@@ -13,10 +13,17 @@ pub struct Limits {
     pub webhook_runs_in_flight: usize,
     /// Steps one of kro's CEL expressions may take (`--cel-cost-limit`).
     pub cel_cost_limit: u64,
+    /// How long one jqFilter may take over one object (`--jq-timeout`).
+    pub jq_timeout: std::time::Duration,
 }
 
 impl Limits {
-    pub const DEFAULT: Limits = Limits { max_connections: 2048, webhook_runs_in_flight: 8, cel_cost_limit: 1_000_000 };
+    pub const DEFAULT: Limits = Limits {
+        max_connections: 2048,
+        webhook_runs_in_flight: 8,
+        cel_cost_limit: 1_000_000,
+        jq_timeout: std::time::Duration::from_secs(5),
+    };
 }
 
 impl Default for Limits {

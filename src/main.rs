@@ -30,6 +30,8 @@ unsafe impl Sync for Conf {}
 fn main() -> ExitCode {
     // As a container's PID 1, a reaper splits off first (process/init.rs).
     samplectl::process::init::reap_if_first();
+    // A hook's jqFilter runs in a copy of this binary started as a worker; it serves and exits here.
+    samplectl::controller::drive::events::jq_worker::serve_if_asked();
     // A TAB in a shell or in kubectl runs this binary to ask for candidates; it answers and exits here.
     complete::answer_if_asked();
     // clap prints help and usage errors itself and exits 0 or 2, before anything else happens.

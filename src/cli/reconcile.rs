@@ -112,6 +112,12 @@ pub struct ReconcileArgs {
           value_parser = clap::value_parser!(u64).range(1..), help_heading = "Limits")]
     pub cel_cost_limit: u64,
 
+    /// How long a shell hook's jqFilter may take over one object; past it the filter's process is ended
+    /// and that object's event fails with the filter's name in the log (filters run in processes of
+    /// their own, limited to 256 MiB, so that none can stall or end the engine)
+    #[arg(long, default_value = "5s", value_parser = at_least::<10>, value_name = "DURATION", help_heading = "Limits")]
+    pub jq_timeout: Duration,
+
     /// kro's feature gates for ResourceGraphDefinitions, as kro takes them (e.g. CELOmitFunction=true);
     /// all off unless given. samplectl has CELOmitFunction
     #[arg(long, value_name = "GATES", value_parser = feature_gates)]

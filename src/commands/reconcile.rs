@@ -14,6 +14,7 @@ pub async fn run(conn: &Connection, namespace: Option<&str>, args: &ReconcileArg
         max_connections: args.max_connections as usize,
         webhook_runs_in_flight: args.webhook_runs_in_flight as usize,
         cel_cost_limit: args.cel_cost_limit,
+        jq_timeout: args.jq_timeout,
     });
     let driver = match args.watch {
         true => Driver::Watch { resync: args.resync },

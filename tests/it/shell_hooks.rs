@@ -269,6 +269,105 @@ kubernetes:
     drop(runner);
 }
 
+/// The children of `pid` that are jq workers, each with its state (`R` running, `S` sleeping...).
+fn jq_workers(pid: u32) -> Vec<(u32, char)> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    let mut workers = Vec::new();
+    for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+        let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains("__samplectl-jq-worker") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()).unwrap_or('?');
+        workers.push((child, state));
+    }
+    workers
+}
+
+#[test]
+fn a_jq_filter_that_never_ends_overflows_or_fills_memory_costs_its_own_event_only() {
+    let _cluster = crate::support::shared();
+    let ns = Namespace::new("shell-jq-bounds");
+    let hooks = Hooks::new();
+    let binding = |name: &str, filter: &str| {
+        format!(
+            "- name: {name}\n  kind: ConfigMap\n  namespace: {{nameSelector: {{matchNames: [{ns}]}}}}\n  \
+             labelSelector: {{matchLabels: {{filter: {name}}}}}\n  jqFilter: '{filter}'\n",
+            ns = ns.0
+        )
+    };
+    let bad = format!(
+        "configVersion: v1\nkubernetes:\n{}{}{}",
+        binding("endless", "last(range(1e15))"),
+        binding("deep", "def f: [f]; f"),
+        binding("greedy", "[range(1e9)]")
+    );
+    hooks.hook("bad.sh", &bad, "echo ran >> \"$OUT/bad\"");
+    hooks.hook("good.sh", &format!("configVersion: v1\nkubernetes:\n{}", binding("good", ".data")), &save("good"));
+    let mut runner = hooks.run(&["--jq-timeout", "1s"]);
+    eventually(SOON, "both hooks' Synchronization runs", || {
+        match (hooks.contexts("good").len(), hooks.lines("bad").len()) {
+            (1, 1..) => Ok(()),
+            n => Err(format!("{n:?} runs: {}", runner.stderr())),
+        }
+    });
+    // Its three Synchronizations may run apart or combined.
+    std::thread::sleep(Duration::from_secs(1));
+    let synchronized = hooks.lines("bad").len();
+    for (name, value) in [("endless", "1"), ("good", "1"), ("deep", "1"), ("greedy", "1"), ("good", "2")] {
+        let object = format!("{name}-{value}");
+        kubectl(&["-n", &ns.0, "create", "configmap", &object, &format!("--from-literal=v={value}")]).success();
+        kubectl(&["-n", &ns.0, "label", "configmap", &object, &format!("filter={name}")]).success();
+    }
+    // The good hook sees both of its objects, whatever the bad filters did meanwhile.
+    eventually(SOON, "the good hook's two events", || {
+        let seen: Vec<Value> = hooks.contexts("good")[1..]
+            .iter()
+            .flat_map(|c| c.as_array().unwrap().clone())
+            .map(|e| e["filterResult"].clone())
+            .collect();
+        match seen.len() {
+            2 => {
+                assert_eq!(seen, [json!({"v": "1"}), json!({"v": "2"})]);
+                Ok(())
+            }
+            _ => Err(format!("{seen:?}: {}", runner.stderr())),
+        }
+    });
+    // Each bad filter's event fails in the log, in words that say which filter and why.
+    eventually(SOON, "the three filters' errors", || {
+        let log = runner.stderr();
+        let said = [
+            "jqFilter \"last(range(1e15))\" was stopped after 1s: it ran longer than --jq-timeout allows",
+            "jqFilter \"def f: [f]; f\" ended the process that ran it: thread 'main'",
+            "jqFilter \"[range(1e9)]\" ended the process that ran it: memory allocation of",
+        ];
+        match said.iter().find(|words| !log.contains(*words)) {
+            None => Ok(()),
+            Some(missing) => Err(format!("no {missing:?} in: {log}")),
+        }
+    });
+    let log = runner.stderr();
+    assert!(log.contains("overflowed its stack") && log.contains("its memory is limited to 256 MiB"), "{log}");
+    assert_eq!(hooks.lines("bad").len(), synchronized, "a failed filter made an event: {log}");
+    // The engine lives on, and no worker is left running a filter: the endless one was ended.
+    assert!(runner.child.try_wait().unwrap().is_none(), "the engine ended: {log}");
+    eventually(SOON, "every jq worker idle", || {
+        let workers = jq_workers(runner.child.id());
+        match workers.iter().all(|(_, state)| *state == 'S') && workers.len() <= 4 {
+            true => Ok(()),
+            false => Err(format!("{workers:?}")),
+        }
+    });
+    // A change the good filter sees is still an event.
+    kubectl(&["-n", &ns.0, "patch", "configmap", "good-2", "-p", r#"{"data":{"v":"3"}}"#]).success();
+    eventually(SOON, "the good hook's third event", || {
+        let n = hooks.contexts("good")[1..].iter().map(|c| c.as_array().unwrap().len()).sum::<usize>();
+        if n == 3 { Ok(()) } else { Err(format!("{n}: {}", runner.stderr())) }
+    });
+}
+
 #[test]
 fn patch_files_are_applied_with_every_operation() {
     let _cluster = crate::support::shared();

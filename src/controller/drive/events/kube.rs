@@ -19,6 +19,7 @@ use kube::runtime::watcher;
 use tokio::sync::mpsc;
 
 use super::Shared;
+use super::jq_worker;
 use super::queue::Task;
 use super::share::{Gone, Held, Seen, Share};
 use crate::cluster::resolve::Resolved;
@@ -297,7 +298,7 @@ async fn follow(
         match event {
             watcher::Event::Init => {}
             watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                changed(&shared, &monitor, &feed, object, first_list);
+                changed(&shared, &monitor, &feed, object, first_list).await;
             }
             watcher::Event::Delete(object) => deleted(&shared, &monitor, object),
             watcher::Event::InitDone => {
@@ -320,7 +321,7 @@ fn key_of(monitor: &Monitor, object: &DynamicObject) -> ObjectKey {
     }
 }
 
-fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: DynamicObject, quiet: bool) {
+async fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: DynamicObject, quiet: bool) {
     let config = monitor.binding(shared);
     if object.types.is_none() {
         object.types = Some(kube::api::TypeMeta {
@@ -344,8 +345,12 @@ fn changed(shared: &Shared, monitor: &Monitor, feed: &Arc<str>, mut object: Dyna
         Ok(json) => json,
         Err(err) => return tracing::error!("cannot write {} {} as JSON: {err}", key.kind, key.name),
     };
+    // A first list that already failed is retried whole: the rest of it is not worth a filter's time.
+    if quiet && monitor.lock().list_error.is_some() {
+        return;
+    }
     let filter_result = match &config.jq {
-        Some(jq) => match jq.apply(json.as_bytes()) {
+        Some(jq) => match jq_worker::apply(jq, &json).await {
             Ok(result) => Some(result),
             Err(err) => {
                 let err = format!("apply filter for '{}/{}': {err}", config.debug_name, key.name);

@@ -7,6 +7,7 @@
 //! their runs at the tail of their binding's queue. A hook's `settings` rate-limit its runs. Admission
 //! and conversion webhooks are served before anything runs (`webhook.rs`), their runs outside the queues.
 
+pub mod jq_worker;
 mod kube;
 mod limiter;
 mod patch;

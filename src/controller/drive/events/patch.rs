@@ -9,6 +9,7 @@ use std::time::Duration;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 
 use super::Shared;
+use super::jq_worker;
 use crate::cluster::resolve::Resolved;
 use crate::cluster::scope;
 use crate::controller::engine::request::{Failed, Fenced, bounded};
@@ -126,7 +127,12 @@ async fn apply_one(shared: &Shared, operation: &Operation) -> Result<(), String>
                     Ok(live) => live,
                 };
                 let before = serde_json::to_value(&live).map_err(|err| err.to_string())?;
-                let after = jq.apply_value(&before).map_err(|err| format!("failed to apply jqFilter: {err}"))?;
+                let after = jq_worker::apply(jq, &before.to_string())
+                    .await
+                    .and_then(|text| {
+                        serde_json::from_str(&text).map_err(|err| format!("jqFilter gave what is not JSON: {err}"))
+                    })
+                    .map_err(|err| format!("failed to apply jqFilter: {err}"))?;
                 if after == before {
                     return Ok(());
                 }

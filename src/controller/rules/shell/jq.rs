@@ -18,6 +18,15 @@ use crate::go_json;
 
 type Filter = jaq_core::Filter<data::JustLut<Val>>;
 
+/// The most outputs one filter gives over one object: a filter that never stops giving (`repeat(.)`)
+/// is refused here rather than filling memory. shell-operator's filters give one, or a list of an
+/// object's items.
+pub const MAX_OUTPUTS: usize = 100_000;
+
+/// The deepest a filter's text may nest brackets: jaq's parser recurses once a level, so a text of a
+/// hundred thousand `(` would end the process by overflowing its stack before it is refused.
+pub const MAX_NESTING: usize = 256;
+
 /// A compiled filter and the text it was compiled from.
 pub struct Jq {
     pub text: String,
@@ -32,6 +41,9 @@ impl std::fmt::Debug for Jq {
 
 impl Jq {
     pub fn compile(text: &str) -> Result<Self, String> {
+        if nesting(text) > MAX_NESTING {
+            return Err(format!("cannot parse {text:?}: it nests brackets more than {MAX_NESTING} deep"));
+        }
         let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs()).chain(gojq_defs());
         let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
         let loader = Loader::new(defs);
@@ -50,7 +62,14 @@ impl Jq {
     /// The filter over `input`'s JSON text, as JSON text: `null` for no output, the one output, or an
     /// array of several.
     pub fn apply(&self, input: &[u8]) -> Result<String, String> {
-        let mut outputs = self.run(input)?;
+        let input: Value = serde_json::from_slice(input).map_err(|err| format!("cannot read the object: {err}"))?;
+        self.apply_to(&input)
+    }
+
+    /// The filter over an object already read, in the shape `apply` gives (the engine's worker process
+    /// reads the object once, with the request it came in).
+    pub fn apply_to(&self, input: &Value) -> Result<String, String> {
+        let mut outputs = self.outputs_of(input)?;
         Ok(match outputs.len() {
             0 => "null".to_owned(),
             1 => go_json::encode(&outputs.remove(0)),
@@ -60,9 +79,16 @@ impl Jq {
 
     fn run(&self, input: &[u8]) -> Result<Vec<Value>, String> {
         let input: Value = serde_json::from_slice(input).map_err(|err| format!("cannot read the object: {err}"))?;
+        self.outputs_of(&input)
+    }
+
+    fn outputs_of(&self, input: &Value) -> Result<Vec<Value>, String> {
         let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([environment()]));
         let mut outputs = Vec::new();
-        for output in self.filter.id.run((ctx, to_val(&input))).map(unwrap_valr) {
+        for output in self.filter.id.run((ctx, to_val(input))).map(unwrap_valr) {
+            if outputs.len() == MAX_OUTPUTS {
+                return Err(format!("jqFilter {:?} gives more than {MAX_OUTPUTS} outputs", self.text));
+            }
             let output = output.map_err(|err| format!("jqFilter {:?}: {err}", self.text))?;
             outputs.push(from_val(&output).map_err(|err| format!("jqFilter {:?}: {err}", self.text))?);
         }
@@ -126,6 +152,23 @@ fn from_val(value: &Val) -> Result<Value, String> {
             Value::Object(object)
         }
     })
+}
+
+/// How deep a filter's brackets nest, counted over the whole text (brackets inside a string literal
+/// count too: the bound is on the text's size, far above any filter written by hand).
+fn nesting(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in text.chars() {
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// gojq's definitions where jaq's differ (gojq.jq), loaded after jaq's.
@@ -225,5 +268,20 @@ mod tests {
     fn a_filter_that_does_not_compile_is_refused() {
         assert!(Jq::compile(".metadata | ").unwrap_err().starts_with("cannot parse"));
         assert!(Jq::compile("nosuchfunction(1)").unwrap_err().starts_with("cannot compile"));
+    }
+
+    #[test]
+    fn a_filter_past_its_bounds_is_refused_not_followed() {
+        // Nesting past the bound is refused before the parser recurses into it; at the bound it parses.
+        let deep = format!("{}.{}", "(".repeat(100_000), ")".repeat(100_000));
+        let refused = Jq::compile(&deep).unwrap_err();
+        assert!(refused.ends_with(&format!("it nests brackets more than {MAX_NESTING} deep")), "{refused}");
+        let at_bound = format!("{}.{}", "[".repeat(MAX_NESTING), "]".repeat(MAX_NESTING));
+        assert!(Jq::compile(&at_bound).is_ok());
+        // Outputs without end stop at the bound.
+        let endless = Jq::compile("repeat(1)").unwrap().apply(b"{}").unwrap_err();
+        assert_eq!(endless, format!("jqFilter \"repeat(1)\" gives more than {MAX_OUTPUTS} outputs"));
+        let many = Jq::compile(&format!("range({MAX_OUTPUTS})")).unwrap().outputs(b"{}").unwrap();
+        assert_eq!(many.len(), MAX_OUTPUTS);
     }
 }
