@@ -21,6 +21,7 @@ mod install_crd;
 mod kro_states;
 mod list;
 mod local_cluster;
+mod node;
 mod reconcile;
 mod reconcile_input;
 mod reconcile_races;

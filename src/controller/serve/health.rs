@@ -123,6 +123,15 @@ impl Health {
             && lock(&self.lease_failing_since).is_none()
             && (self.unsynced.load(Ordering::Relaxed) == 0 || self.standby.load(Ordering::Relaxed))
     }
+
+    /// What /readyz answers when ready: a standby says so, since the kubelet's Ready alone does not tell
+    /// the replica that would take over from the one that works.
+    pub fn ready_words(&self) -> &'static str {
+        match self.standby.load(Ordering::Relaxed) {
+            true => "ok: standing by for the lease",
+            false => "ok",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -187,6 +196,7 @@ mod tests {
         assert!(health.ready());
         health.synced();
         assert!(health.ready(), "never below zero");
+        assert_eq!(health.ready_words(), "ok");
     }
 
     #[test]
@@ -201,5 +211,6 @@ mod tests {
         assert!(health.alive().unwrap_err().contains("Lease"));
         health.lease(true);
         assert!(health.alive().is_ok() && health.ready());
+        assert_eq!(health.ready_words(), "ok: standing by for the lease");
     }
 }

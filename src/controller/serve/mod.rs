@@ -54,7 +54,10 @@ pub async fn serve_health(addr: SocketAddr, health: Arc<Health>) -> Result<()> {
             get(move || {
                 let health = health.clone();
                 async move {
-                    if health.ready() { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
+                    match health.ready() {
+                        true => (StatusCode::OK, health.ready_words()),
+                        false => (StatusCode::SERVICE_UNAVAILABLE, "not ready"),
+                    }
                 }
             }),
         );

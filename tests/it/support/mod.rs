@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod cluster;
 pub mod hang;
+pub mod node;
 pub mod objects;
 pub mod process;
 

@@ -1,0 +1,230 @@
+//! samplectl as its users deploy it: the image, `kubectl apply -k manifests/` unchanged, and pods on a
+//! real node (kubelet, containerd, runc, kube-proxy; `scripts/local-cluster up --node`). The kubelet's
+//! probes, the API server reached at the `kubernetes` Service, the Lease handed over when a pod is
+//! deleted, and /metrics scraped through its Service with a ServiceAccount's token. kubectl and the API
+//! server's audit log are the witnesses.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::eventually;
+use crate::support::node::{Node, node};
+
+const NS: &str = "samplectl-system";
+const ROLLOUT: Duration = Duration::from_secs(180);
+
+/// The shipped manifests applied as a user applies them, and removed again when the test ends.
+struct Installed<'a> {
+    node: &'a Node,
+}
+
+impl<'a> Installed<'a> {
+    fn apply(node: &'a Node) -> Self {
+        node.kubectl(&["apply", "-k", "manifests/"]).success();
+        node.kubectl(&["-n", NS, "rollout", "status", "deployment/samplectl", "--timeout=180s"]).success();
+        Installed { node }
+    }
+}
+
+impl Drop for Installed<'_> {
+    fn drop(&mut self) {
+        let _ =
+            self.node.kubectl(&["delete", "-k", "manifests/", "--ignore-not-found", "--wait=true", "--timeout=120s"]);
+    }
+}
+
+/// The pods of the Deployment by name, each with whether the kubelet finds it Ready.
+fn pods(node: &Node) -> BTreeMap<String, bool> {
+    let list = node.json(&["-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=samplectl"]);
+    let mut pods = BTreeMap::new();
+    for pod in list["items"].as_array().unwrap() {
+        if pod["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
+        let ready = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        pods.insert(pod["metadata"]["name"].as_str().unwrap().to_owned(), ready);
+    }
+    pods
+}
+
+/// The pod that holds the Lease (its identity is `<pod>_<incarnation>`), and the incarnation.
+fn leader(node: &Node) -> Option<(String, String)> {
+    let lease = node.kubectl(&["-n", NS, "get", "lease", "samplectl-leader", "-o", "jsonpath={.spec.holderIdentity}"]);
+    let holder = lease.stdout.trim();
+    let (pod, incarnation) = holder.rsplit_once('_')?;
+    Some((pod.to_owned(), incarnation.to_owned()))
+}
+
+/// What a pod's port answers, through the API server's proxy (the API server reaches pods' addresses).
+fn through_proxy(node: &Node, pod: &str, port: u16, path: &str) -> String {
+    node.kubectl(&["get", "--raw", &format!("/api/v1/namespaces/{NS}/pods/{pod}:{port}/proxy{path}")]).stdout
+}
+
+/// `count` Samples from `from` in `ns`, each with its own testString.
+fn samples(node: &Node, ns: &str, from: usize, count: usize) {
+    let mut yaml = String::new();
+    for i in from..from + count {
+        yaml.push_str(&format!(
+            "---\napiVersion: example.com/v1alpha1\nkind: Sample\nmetadata: {{name: s{i}, namespace: {ns}}}\ntestString: v{i}\n"
+        ));
+    }
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    node.kubectl(&["apply", "-f", file.path().to_str().unwrap()]).success();
+}
+
+/// Each Sample's ConfigMap holds its testString.
+fn all_synced(node: &Node, ns: &str, count: usize) -> Result<(), String> {
+    let list = node.json(&["-n", ns, "get", "configmaps"]);
+    let data: BTreeMap<String, Value> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|cm| (cm["metadata"]["name"].as_str().unwrap().to_owned(), cm["data"].clone()))
+        .collect();
+    let missing: Vec<usize> = (0..count)
+        .filter(|i| !data.values().any(|d| d.as_object().is_some_and(|d| d.values().any(|v| v == &format!("v{i}")))))
+        .collect();
+    match missing.is_empty() {
+        true => Ok(()),
+        false => Err(format!("no ConfigMap for Samples {missing:?}")),
+    }
+}
+
+/// The processes whose writes to ConfigMaps in `ns` the API server accepted, in the order it received
+/// them, one entry per run of writes by one process.
+fn writers(node: &Node, ns: &str) -> Vec<String> {
+    let mut writes: Vec<(String, String)> = node
+        .audit()
+        .into_iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "configmaps"
+                && e["objectRef"]["namespace"] == ns
+                && e["responseStatus"]["code"].as_u64().is_some_and(|c| c < 300)
+                && ["create", "update", "patch", "delete"].contains(&e["verb"].as_str().unwrap_or(""))
+        })
+        .filter_map(|e| {
+            let agent = e["userAgent"].as_str()?;
+            let process = agent.split_whitespace().find(|w| w.starts_with("process/"))?.to_owned();
+            Some((e["requestReceivedTimestamp"].as_str()?.to_owned(), process))
+        })
+        .collect();
+    writes.sort();
+    let mut runs: Vec<String> = Vec::new();
+    for (_, process) in writes {
+        if runs.last() != Some(&process) {
+            runs.push(process);
+        }
+    }
+    runs
+}
+
+#[test]
+fn the_shipped_manifests_run_a_leader_and_a_standby_that_takes_over_when_its_pod_is_deleted() {
+    let node = node();
+    let installed = Installed::apply(&node);
+    let node = installed.node;
+    // Both replicas Ready as their probes say, one leading; the standby's /readyz says it stands by.
+    eventually(ROLLOUT, "two Ready pods and a leader", || {
+        let pods = pods(node);
+        match (pods.len(), pods.values().all(|r| *r), leader(node)) {
+            (2, true, Some((pod, _))) if pods.contains_key(&pod) => Ok(()),
+            other => Err(format!("{other:?} {pods:?}")),
+        }
+    });
+    let (first, first_incarnation) = leader(node).unwrap();
+    let standby = pods(node).into_keys().find(|p| *p != first).unwrap();
+    assert_eq!(through_proxy(node, &first, 8081, "/readyz"), "ok");
+    assert_eq!(through_proxy(node, &standby, 8081, "/readyz"), "ok: standing by for the lease");
+    assert_eq!(through_proxy(node, &standby, 8081, "/healthz"), "ok");
+
+    let ns = format!("node-ha-{}", std::process::id());
+    node.kubectl(&["create", "namespace", &ns]).success();
+    samples(node, &ns, 0, 20);
+    eventually(ROLLOUT, "the first Samples synced", || all_synced(node, &ns, 20));
+
+    // The leader's pod deleted while Samples change: another replica leads within the lease duration
+    // and the retry period (15 s + 2 s, the manifest's). The leader gives the Lease up on SIGTERM, so
+    // the standby, asking every retry period, and the pod made to replace the deleted one, asking as it
+    // starts, race for it: either may win, one only.
+    node.kubectl(&["-n", NS, "delete", "pod", &first, "--wait=false"]).success();
+    let deleted = Instant::now();
+    samples(node, &ns, 20, 20);
+    let mut took = None;
+    eventually(Duration::from_secs(60), "a new leader", || match leader(node) {
+        Some((pod, incarnation)) if incarnation != first_incarnation => {
+            took.get_or_insert((deleted.elapsed(), pod));
+            Ok(())
+        }
+        other => Err(format!("{other:?}")),
+    });
+    let (took, new) = took.unwrap();
+    eprintln!("the Lease moved from {first} to {new} {took:?} after the pod's deletion");
+    assert_ne!(new, first, "the deleted pod leads again");
+    assert!(took <= Duration::from_secs(17), "took {took:?}, more than the lease duration and the retry period");
+    samples(node, &ns, 40, 10);
+    eventually(ROLLOUT, "every Sample synced", || all_synced(node, &ns, 50));
+    // No two writers: the old leader's writes all came before the new one's first.
+    let runs = writers(node, &ns);
+    assert!(runs.len() <= 2 && runs.first().is_some_and(|p| p.ends_with(&first_incarnation)), "{runs:?}");
+    // The Deployment made a new standby, Ready as its probe says.
+    eventually(ROLLOUT, "two Ready pods again", || {
+        let pods = pods(node);
+        match pods.len() == 2 && pods.values().all(|r| *r) && !pods.contains_key(&first) {
+            true => Ok(()),
+            false => Err(format!("{pods:?}")),
+        }
+    });
+    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]).success();
+}
+
+#[test]
+fn metrics_are_scraped_through_their_service_with_a_token_allowed_to_and_refused_without() {
+    let node = node();
+    let installed = Installed::apply(&node);
+    let node = installed.node;
+    let ns = format!("node-scrape-{}", std::process::id());
+    node.kubectl(&["create", "namespace", &ns]).success();
+    for sa in ["scraper", "stranger"] {
+        node.kubectl(&["-n", &ns, "create", "serviceaccount", sa]).success();
+    }
+    node.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        &format!("{ns}-scraper"),
+        "--clusterrole=samplectl-metrics-reader",
+        &format!("--serviceaccount={ns}:scraper"),
+    ])
+    .success();
+    let token = |sa: &str| node.kubectl(&["-n", &ns, "create", "token", sa]).success().stdout.trim().to_owned();
+    let service = node.json(&["-n", NS, "get", "service", "samplectl-metrics"]);
+    let ip = service["spec"]["clusterIP"].as_str().unwrap().to_owned();
+    // From this machine to the Service's address, as a scraper in the cluster reaches it: kube-proxy's
+    // rules pick a pod.
+    let scrape = |token: Option<&str>| {
+        let mut args = vec!["-sk".to_owned(), "-o".into(), "-".into(), "-w".into(), "\n%{http_code}".into()];
+        if let Some(token) = token {
+            args.extend(["-H".into(), format!("Authorization: Bearer {token}")]);
+        }
+        args.push(format!("https://{ip}:8443/metrics"));
+        let out = std::process::Command::new("curl").args(&args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "000"));
+        (code.to_owned(), body.to_owned())
+    };
+    let allowed = token("scraper");
+    eventually(ROLLOUT, "metrics with the reader's token", || match scrape(Some(&allowed)) {
+        (code, body) if code == "200" && body.contains("samplectl_") => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    assert_eq!(scrape(None).0, "401", "no token");
+    assert_eq!(scrape(Some(&token("stranger"))).0, "403", "a token without samplectl-metrics-reader");
+    node.kubectl(&["delete", "clusterrolebinding", &format!("{ns}-scraper")]).success();
+    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]).success();
+}
