@@ -228,3 +228,79 @@ fn metrics_are_scraped_through_their_service_with_a_token_allowed_to_and_refused
     node.kubectl(&["delete", "clusterrolebinding", &format!("{ns}-scraper")]).success();
     node.kubectl(&["delete", "namespace", &ns, "--wait=false"]).success();
 }
+
+/// An eviction of `pod`, as `kubectl drain` asks for it: the API server's answer code.
+fn evict(node: &Node, pod: &str) -> (i32, String) {
+    let eviction = serde_json::json!({
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": NS}
+    });
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), eviction.to_string()).unwrap();
+    let path = format!("/api/v1/namespaces/{NS}/pods/{pod}/eviction");
+    let run = node.kubectl(&["create", "--raw", &path, "-f", file.path().to_str().unwrap()]);
+    (run.code, run.stderr)
+}
+
+#[test]
+fn an_eviction_respects_the_disruption_budget() {
+    let node = node();
+    let installed = Installed::apply(&node);
+    let node = installed.node;
+    let allowed =
+        || node.kubectl(&["-n", NS, "get", "pdb", "samplectl", "-o", "jsonpath={.status.disruptionsAllowed}"]).stdout;
+    eventually(ROLLOUT, "one disruption allowed", || match (allowed().as_str(), pods(node)) {
+        ("1", pods) if pods.len() == 2 && pods.values().all(|r| *r) => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    let names: Vec<String> = pods(node).into_keys().collect();
+    // The first replica may go; the second may not while the first's replacement is not Ready yet.
+    let (code, said) = evict(node, &names[0]);
+    assert_eq!(code, 0, "the first eviction: {said}");
+    let (code, said) = evict(node, &names[1]);
+    assert_ne!(code, 0, "the second eviction was let through");
+    assert!(said.contains("disruption budget"), "{said}");
+    // Once the replacement is Ready, the budget lets the second go too.
+    eventually(ROLLOUT, "the second eviction allowed", || match evict(node, &names[1]) {
+        (0, _) => Ok(()),
+        (_, said) => Err(said),
+    });
+    eventually(ROLLOUT, "two Ready replicas again", || {
+        let pods = pods(node);
+        match pods.len() == 2 && pods.values().all(|r| *r) && names.iter().all(|n| !pods.contains_key(n)) {
+            true => Ok(()),
+            false => Err(format!("{pods:?}")),
+        }
+    });
+}
+
+#[test]
+fn a_rolling_restart_during_a_stream_of_changes_loses_nothing_and_never_has_two_writers() {
+    let node = node();
+    let installed = Installed::apply(&node);
+    let node = installed.node;
+    eventually(ROLLOUT, "a leader", || leader(node).map(drop).ok_or_else(|| "no leader".to_owned()));
+    let ns = format!("node-restart-{}", std::process::id());
+    node.kubectl(&["create", "namespace", &ns]).success();
+    node.kubectl(&["-n", NS, "rollout", "restart", "deployment/samplectl"]).success();
+    // Samples keep coming while the rollout replaces both pods, one at a time.
+    let mut made = 0;
+    let started = Instant::now();
+    loop {
+        samples(node, &ns, made, 5);
+        made += 5;
+        let done = node.kubectl(&["-n", NS, "rollout", "status", "deployment/samplectl", "--timeout=1s"]).code == 0;
+        if (done && made >= 30) || started.elapsed() > ROLLOUT {
+            break;
+        }
+    }
+    node.kubectl(&["-n", NS, "rollout", "status", "deployment/samplectl", "--timeout=180s"]).success();
+    samples(node, &ns, made, 5);
+    made += 5;
+    eventually(ROLLOUT, "every Sample synced", || all_synced(node, &ns, made));
+    // Writers came one after another: no incarnation wrote again after another had.
+    let runs = writers(node, &ns);
+    eprintln!("{made} Samples; ConfigMaps written by {runs:?}, in turn");
+    let distinct: std::collections::BTreeSet<&String> = runs.iter().collect();
+    assert_eq!(distinct.len(), runs.len(), "an incarnation wrote between another's writes: {runs:?}");
+    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]).success();
+}
