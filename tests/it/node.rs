@@ -18,20 +18,25 @@ const ROLLOUT: Duration = Duration::from_secs(180);
 /// The shipped manifests applied as a user applies them, and removed again when the test ends.
 struct Installed<'a> {
     node: &'a Node,
+    kustomization: &'static str,
 }
 
 impl<'a> Installed<'a> {
     fn apply(node: &'a Node) -> Self {
-        node.kubectl(&["apply", "-k", "manifests/"]).success();
+        Self::apply_from(node, "manifests/")
+    }
+
+    fn apply_from(node: &'a Node, kustomization: &'static str) -> Self {
+        node.kubectl(&["apply", "-k", kustomization]).success();
         node.kubectl(&["-n", NS, "rollout", "status", "deployment/samplectl", "--timeout=180s"]).success();
-        Installed { node }
+        Installed { node, kustomization }
     }
 }
 
 impl Drop for Installed<'_> {
     fn drop(&mut self) {
-        let _ =
-            self.node.kubectl(&["delete", "-k", "manifests/", "--ignore-not-found", "--wait=true", "--timeout=120s"]);
+        let delete = ["delete", "-k", self.kustomization, "--ignore-not-found", "--wait=true", "--timeout=120s"];
+        let _ = self.node.kubectl(&delete);
     }
 }
 
@@ -302,5 +307,77 @@ fn a_rolling_restart_during_a_stream_of_changes_loses_nothing_and_never_has_two_
     eprintln!("{made} Samples; ConfigMaps written by {runs:?}, in turn");
     let distinct: std::collections::BTreeSet<&String> = runs.iter().collect();
     assert_eq!(distinct.len(), runs.len(), "an incarnation wrote between another's writes: {runs:?}");
+    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]).success();
+}
+
+/// Each Sample in `ns` by the member its shard label names (`<pod>_<incarnation>`: the pod's name).
+fn shares(node: &Node, ns: &str) -> BTreeMap<String, String> {
+    let list = node.json(&["-n", ns, "get", "samples"]);
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let label = s["metadata"]["labels"]["shard.samplectl.io/samples"].as_str().unwrap_or("");
+            let member = label.rsplit_once('_').map_or(label, |(pod, _)| pod).to_owned();
+            (s["metadata"]["name"].as_str().unwrap().to_owned(), member)
+        })
+        .collect()
+}
+
+#[test]
+fn the_sharded_manifests_run_three_members_and_serve_a_deleted_members_samples_again() {
+    let node = node();
+    let installed = Installed::apply_from(&node, "manifests/sharded/");
+    let node = installed.node;
+    let ns = format!("node-shards-{}", std::process::id());
+    node.kubectl(&["create", "namespace", &ns]).success();
+    samples(node, &ns, 0, 30);
+    eventually(ROLLOUT, "every Sample synced", || all_synced(node, &ns, 30));
+    // Every Sample shared out to one of the three pods, each a member.
+    let members: std::collections::BTreeSet<String> = pods(node).into_keys().collect();
+    assert_eq!(members.len(), 3, "{members:?}");
+    eventually(ROLLOUT, "each Sample labelled with a member", || {
+        let shares = shares(node, &ns);
+        match shares.values().all(|m| members.contains(m)) {
+            true => Ok(()),
+            false => Err(format!("{shares:?}")),
+        }
+    });
+    let shares = shares(node, &ns);
+    let (gone, _) = shares.iter().next().map(|(_, m)| (m.clone(), ())).unwrap();
+    let its: Vec<String> = shares.iter().filter(|(_, m)| **m == gone).map(|(s, _)| s.clone()).collect();
+    eprintln!("deleting member {gone}, which serves {} of the 30 Samples", its.len());
+    // Gone for good (the process has exited): its Samples are handed to the members still there (the
+    // pod made to replace it among them, under a name of its own), and served by them.
+    node.kubectl(&["-n", NS, "delete", "pod", &gone, "--wait=true", "--timeout=120s"]).success();
+    eventually(ROLLOUT, "the deleted member's Samples handed over", || {
+        let now = self::shares(node, &ns);
+        let left: Vec<&String> = its.iter().filter(|s| now[*s] == gone || now[*s].is_empty()).collect();
+        match left.is_empty() {
+            true => Ok(()),
+            false => Err(format!("not handed over yet: {left:?}")),
+        }
+    });
+    for sample in &its {
+        let patch = format!(r#"{{"testString":"again-{sample}"}}"#);
+        node.kubectl(&["-n", &ns, "patch", "sample", sample, "--type=merge", "-p", &patch]).success();
+    }
+    eventually(ROLLOUT, "the deleted member's Samples served again", || {
+        let list = node.json(&["-n", &ns, "get", "configmaps"]);
+        let values: Vec<String> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|cm| {
+                cm["data"].as_object().into_iter().flatten().map(|(_, v)| v.as_str().unwrap_or("").to_owned())
+            })
+            .collect();
+        let waiting: Vec<&String> = its.iter().filter(|s| !values.contains(&format!("again-{s}"))).collect();
+        match waiting.is_empty() {
+            true => Ok(()),
+            false => Err(format!("not yet: {waiting:?}")),
+        }
+    });
     node.kubectl(&["delete", "namespace", &ns, "--wait=false"]).success();
 }
