@@ -381,3 +381,82 @@ fn the_sharded_manifests_run_three_members_and_serve_a_deleted_members_samples_a
     });
     node.kubectl(&["delete", "namespace", &ns, "--wait=false"]).success();
 }
+
+/// The processes on this machine that run in `pod`'s samplectl container (its init and samplectl
+/// proper), found by the POD_NAME the manifest gives them.
+fn processes_of(pod: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let ours = environ.split(|b| *b == 0).any(|v| v == format!("POD_NAME={pod}").as_bytes());
+        if ours && String::from_utf8_lossy(&cmdline).contains("reconcile") {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_frozen_leader_is_restarted_by_its_liveness_probe_and_its_lease_not_used_again() {
+    let node = node();
+    let installed = Installed::apply(&node);
+    let node = installed.node;
+    eventually(ROLLOUT, "two Ready pods and a leader", || {
+        match (pods(node).values().filter(|r| **r).count(), leader(node)) {
+            (2, Some(_)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let (frozen, incarnation) = leader(node).unwrap();
+    let ns = format!("node-frozen-{}", std::process::id());
+    node.kubectl(&["create", "namespace", &ns]).success();
+    samples(node, &ns, 0, 10);
+    eventually(ROLLOUT, "the first Samples synced", || all_synced(node, &ns, 10));
+    // SIGSTOP to the container's processes: alive to the kernel, silent to its probes and its Lease.
+    let pids = processes_of(&frozen);
+    assert!(!pids.is_empty(), "no process of {frozen} found");
+    for pid in &pids {
+        assert!(std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success());
+    }
+    let stopped = Instant::now();
+    samples(node, &ns, 10, 10);
+    // The standby leads once the frozen leader's Lease has run out (15 s) and it next asks (2 s).
+    let mut took = None;
+    eventually(Duration::from_secs(90), "another leader", || match leader(node) {
+        Some((pod, other)) if other != incarnation => {
+            took.get_or_insert((stopped.elapsed(), pod));
+            Ok(())
+        }
+        other => Err(format!("{other:?}")),
+    });
+    let (took, new) = took.unwrap();
+    eprintln!("{new} led {took:?} after {frozen} was frozen");
+    assert_ne!(new, frozen);
+    eventually(ROLLOUT, "every Sample synced", || all_synced(node, &ns, 20));
+    // The kubelet's liveness probe fails, and the container is killed and started again.
+    eventually(Duration::from_secs(180), "the frozen container restarted", || {
+        let pod = node.json(&["-n", NS, "get", "pod", &frozen]);
+        let status = &pod["status"]["containerStatuses"][0];
+        match (status["restartCount"].as_u64(), status["ready"].as_bool()) {
+            (Some(n), Some(true)) if n >= 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let events = node.json(&["-n", NS, "get", "events", "--field-selector", &format!("involvedObject.name={frozen}")]);
+    let said: Vec<&str> = events["items"].as_array().unwrap().iter().filter_map(|e| e["message"].as_str()).collect();
+    assert!(said.iter().any(|m| m.starts_with("Liveness probe failed")), "{said:?}");
+    assert!(said.iter().any(|m| m.contains("failed liveness probe, will be restarted")), "{said:?}");
+    eprintln!("restarted {:?} after it was frozen", stopped.elapsed());
+    // The new container is a new incarnation, standing by: the frozen one's Lease is not taken up again.
+    let (now, holder) = leader(node).unwrap();
+    assert!(now != frozen || holder != incarnation, "the frozen incarnation leads");
+    let restarted = through_proxy(node, &frozen, 8081, "/readyz");
+    assert_eq!(restarted, "ok: standing by for the lease");
+    // And it never wrote after the new leader began.
+    let runs = writers(node, &ns);
+    let distinct: std::collections::BTreeSet<&String> = runs.iter().collect();
+    assert_eq!(distinct.len(), runs.len(), "{runs:?}");
+    node.kubectl(&["delete", "namespace", &ns, "--wait=false"]).success();
+}
