@@ -24,8 +24,10 @@ type Filter = jaq_core::Filter<data::JustLut<Val>>;
 pub const MAX_OUTPUTS: usize = 100_000;
 
 /// The deepest a filter's text may nest brackets: jaq's parser recurses once a level, so a text of a
-/// hundred thousand `(` would end the process by overflowing its stack before it is refused.
-pub const MAX_NESTING: usize = 256;
+/// hundred thousand `(` would end the process by overflowing its stack before it is refused. A level
+/// takes some 8 KiB of stack in a debug build (256 levels overflowed a test thread's 2 MiB), and a
+/// config is read on a runtime thread of 2 MiB too; filters written by hand nest a few levels.
+pub const MAX_NESTING: usize = 64;
 
 /// A compiled filter and the text it was compiled from.
 pub struct Jq {
