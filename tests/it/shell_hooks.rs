@@ -340,7 +340,7 @@ fn a_jq_filter_that_never_ends_overflows_or_fills_memory_costs_its_own_event_onl
         let log = runner.stderr();
         let said = [
             "jqFilter \"last(range(1e15))\" was stopped after 1s: it ran longer than --jq-timeout allows",
-            "jqFilter \"def f: [f]; f\" ended the process that ran it: thread 'main'",
+            "jqFilter \"def f: [f]; f\" ended the process that ran it: ",
             "jqFilter \"[range(1e9)]\" ended the process that ran it: memory allocation of",
         ];
         match said.iter().find(|words| !log.contains(*words)) {
@@ -349,7 +349,10 @@ fn a_jq_filter_that_never_ends_overflows_or_fills_memory_costs_its_own_event_onl
         }
     });
     let log = runner.stderr();
-    assert!(log.contains("overflowed its stack") && log.contains("its memory is limited to 256 MiB"), "{log}");
+    // Rust's words for the overflow where its guard page catches it; a debug build's larger frames can
+    // step past the guard, and then the kernel's signal is all there is to say.
+    assert!(log.contains("overflowed its stack") || log.contains("SIGSEGV"), "{log}");
+    assert!(log.contains("its memory is limited to 256 MiB"), "{log}");
     assert_eq!(hooks.lines("bad").len(), synchronized, "a failed filter made an event: {log}");
     // The engine lives on, and no worker is left running a filter: the endless one was ended.
     assert!(runner.child.try_wait().unwrap().is_none(), "the engine ended: {log}");
