@@ -301,11 +301,12 @@ fn a_jq_filter_that_never_ends_overflows_or_fills_memory_costs_its_own_event_onl
         "configVersion: v1\nkubernetes:\n{}{}{}",
         binding("endless", "last(range(1e15))"),
         binding("deep", "def f: [f]; f"),
-        binding("greedy", "[range(1e9)]")
+        binding("greedy", "reduce range(40) as $i (\"x\"; . + .)")
     );
     hooks.hook("bad.sh", &bad, "echo ran >> \"$OUT/bad\"");
     hooks.hook("good.sh", &format!("configVersion: v1\nkubernetes:\n{}", binding("good", ".data")), &save("good"));
-    let mut runner = hooks.run(&["--jq-timeout", "1s"]);
+    // Time enough for a debug build on a busy machine to fill the worker's memory before the timeout.
+    let mut runner = hooks.run(&["--jq-timeout", "3s"]);
     eventually(SOON, "both hooks' Synchronization runs", || {
         match (hooks.contexts("good").len(), hooks.lines("bad").len()) {
             (1, 1..) => Ok(()),
@@ -339,9 +340,9 @@ fn a_jq_filter_that_never_ends_overflows_or_fills_memory_costs_its_own_event_onl
     eventually(SOON, "the three filters' errors", || {
         let log = runner.stderr();
         let said = [
-            "jqFilter \"last(range(1e15))\" was stopped after 1s: it ran longer than --jq-timeout allows",
+            "jqFilter \"last(range(1e15))\" was stopped after 3s: it ran longer than --jq-timeout allows",
             "jqFilter \"def f: [f]; f\" ended the process that ran it: ",
-            "jqFilter \"[range(1e9)]\" ended the process that ran it: memory allocation of",
+            "jqFilter \"reduce range(40) as $i (\\\"x\\\"; . + .)\" ended the process that ran it: memory allocation of",
         ];
         match said.iter().find(|words| !log.contains(*words)) {
             None => Ok(()),
